@@ -1,0 +1,63 @@
+"""perfkit's errors, in one place.
+
+::
+
+    PerfkitError                 base of everything perfkit raises on purpose
+    ├── BundleError              an incident bundle is unreadable: names the file and, where there is one, the line
+    ├── ConfigError              a parameter, option or YAML file is invalid (unknown parameter, inverted window ...)
+    ├── SecretLeak               a secret-looking value was passed where only a reference (env var name) belongs
+    ├── SourceError              a live source failed: names the URL and status (never a token)
+    ├── QueryError               a metric operation cannot be evaluated as written
+    └── RunbookError             papermill could not execute a runbook; carries the cell and the error
+
+Every message is one line a person can act on; the CLI prints ``str(err)`` and exits non-zero.
+"""
+
+from __future__ import annotations
+
+
+class PerfkitError(Exception):
+    """Base class: an error perfkit raises with a message meant for the user."""
+
+
+class BundleError(PerfkitError):
+    """An incident bundle (or one file of it) is malformed or missing."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        self.path = path
+        self.line = line
+        where = path or ""
+        if path and line is not None:
+            where = f"{path}:{line}"
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ConfigError(PerfkitError):
+    """A parameter, option or configuration file is invalid."""
+
+
+class SecretLeak(PerfkitError):
+    """A value that looks like a secret was given where a reference belongs."""
+
+
+class SourceError(PerfkitError):
+    """A live source (HTTP API, NVML ...) failed; the message names the URL and status."""
+
+    def __init__(self, message: str, *, url: str | None = None, status: int | None = None) -> None:
+        self.url = url
+        self.status = status
+        super().__init__(message)
+
+
+class QueryError(PerfkitError):
+    """A metric operation cannot be evaluated (unknown function, bad window ...)."""
+
+
+class RunbookError(PerfkitError):
+    """A runbook failed to execute; ``cell`` and ``ename``/``evalue`` say where and why."""
+
+    def __init__(self, message: str, *, cell: int | None = None, ename: str = "", evalue: str = "") -> None:
+        self.cell = cell
+        self.ename = ename
+        self.evalue = evalue
+        super().__init__(message)
