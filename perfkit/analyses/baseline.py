@@ -1,0 +1,193 @@
+"""Baseline vs now: the incident window's latency quantiles and throughput against the baseline's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from perfkit import signals as S
+from perfkit.frames import Window
+
+QUANTILES = (0.5, 0.95, 0.99)
+LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "decode")
+LABELS = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "itl": "ITL",
+    "e2e": "E2E",
+    "queue": "queue",
+    "prefill": "prefill",
+    "decode": "decode",
+}
+#: SLO key for (signal, quantile)
+SLO_KEY = {
+    ("ttft", 0.95): "ttft_p95_s",
+    ("tpot", 0.95): "tpot_p95_s",
+    ("itl", 0.95): "itl_p95_s",
+    ("e2e", 0.99): "e2e_p99_s",
+}
+
+
+@dataclass
+class Row:
+    metric: str
+    unit: str
+    baseline: float | None
+    incident: float | None
+    slo: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline in (None, 0) or self.incident is None:
+            return None
+        return self.incident / self.baseline
+
+    @property
+    def breach(self) -> bool | None:
+        if self.slo is None or self.incident is None:
+            return None
+        return self.incident > self.slo
+
+
+@dataclass
+class BaselineComparison:
+    window: Window
+    baseline: Window | None
+    rows: list[Row]
+    quantiles: dict[str, dict[str, dict[float, float | None]]] = field(default_factory=dict)  # side→signal→q
+    rates: dict[str, dict[str, float | None]] = field(default_factory=dict)  # side→name→value
+    queries: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def get(self, metric: str) -> Row | None:
+        return next((r for r in self.rows if r.metric == metric), None)
+
+    def q(self, side: str, signal: str, q: float) -> float | None:
+        return self.quantiles.get(side, {}).get(signal, {}).get(q)
+
+    def table(self) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "metric": [r.metric for r in self.rows],
+                "unit": [r.unit for r in self.rows],
+                "baseline": [r.baseline for r in self.rows],
+                "incident": [r.incident for r in self.rows],
+                "change_x": [round(r.ratio, 2) if r.ratio is not None else None for r in self.rows],
+                "slo": [r.slo for r in self.rows],
+                "breach": [r.breach for r in self.rows],
+            },
+            schema={
+                "metric": pl.Utf8,
+                "unit": pl.Utf8,
+                "baseline": pl.Float64,
+                "incident": pl.Float64,
+                "change_x": pl.Float64,
+                "slo": pl.Float64,
+                "breach": pl.Boolean,
+            },
+        )
+
+    def headline(self) -> Row | None:
+        """The row with the biggest relative worsening among latency quantiles."""
+        lat = [r for r in self.rows if r.unit == "s" and r.ratio is not None]
+        return max(lat, key=lambda r: r.ratio or 0, default=None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rows": [
+                {
+                    "metric": r.metric,
+                    "unit": r.unit,
+                    "baseline": r.baseline,
+                    "incident": r.incident,
+                    "ratio": r.ratio,
+                    "slo": r.slo,
+                    "breach": r.breach,
+                }
+                for r in self.rows
+            ],
+            "quantiles": {
+                side: {sig: {str(q): v for q, v in qs.items()} for sig, qs in d.items()}
+                for side, d in self.quantiles.items()
+            },
+            "rates": self.rates,
+        }
+
+
+def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict]:
+    qs = {sig: S.window_quantiles(engine, sig, QUANTILES, window, queries) for sig in LATENCIES}
+    if all(v is None for v in qs["tpot"].values()):
+        qs.pop("tpot")
+    rates = {
+        "requests_per_s": S.histogram_rate(engine, "e2e", window, queries),
+        "generated_tokens_per_s": S.counter_rate(engine, "generation_tokens_total", window, queries),
+        "prompt_tokens_per_s": S.counter_rate(engine, "prompt_tokens_total", window, queries),
+        "errors_per_s": _error_rate(engine, window, queries),
+        "preemptions_per_s": S.counter_rate(engine, "preemptions", window, queries),
+        "running_avg": S.gauge_stat(engine, "running", window, "avg", queries),
+        "waiting_avg": S.gauge_stat(engine, "waiting", window, "avg", queries),
+        "waiting_max": S.gauge_stat(engine, "waiting", window, "max", queries),
+        "kv_cache_usage_avg": S.gauge_stat(engine, "kv_cache_usage", window, "avg", queries, combine="max"),
+        "kv_cache_usage_max": S.gauge_stat(engine, "kv_cache_usage", window, "max", queries, combine="max"),
+    }
+    return qs, rates
+
+
+def _error_rate(engine, window: Window, queries: list[str]) -> float | None:
+    total = None
+    for reason in ("abort", "error"):
+        v = S.counter_rate(engine, "request_success", window, queries, finished_reason=reason)
+        if v is not None:
+            total = (total or 0.0) + v
+    return total
+
+
+def compare(engine, window: Window, baseline: Window | None, slo: dict[str, float]) -> BaselineComparison:
+    queries: list[str] = []
+    missing: list[str] = []
+    inc_q, inc_r = side_numbers(engine, window, queries)
+    if baseline is not None:
+        base_q, base_r = side_numbers(engine, baseline, [])
+    else:
+        base_q, base_r = {}, {}
+        missing.append("baseline: no baseline window given; showing the incident alone")
+    rows: list[Row] = []
+    for sig, by_q in inc_q.items():
+        for q in QUANTILES:
+            rows.append(
+                Row(
+                    f"{LABELS[sig]} p{round(q * 100)}",
+                    "s",
+                    base_q.get(sig, {}).get(q),
+                    by_q.get(q),
+                    slo.get(SLO_KEY.get((sig, q), "")),
+                )
+            )
+    units = {
+        "requests_per_s": "req/s",
+        "generated_tokens_per_s": "tok/s",
+        "prompt_tokens_per_s": "tok/s",
+        "errors_per_s": "req/s",
+        "preemptions_per_s": "1/s",
+        "running_avg": "reqs",
+        "waiting_avg": "reqs",
+        "waiting_max": "reqs",
+        "kv_cache_usage_avg": "frac",
+        "kv_cache_usage_max": "frac",
+    }
+    for name, value in inc_r.items():
+        rows.append(Row(name, units[name], base_r.get(name), value))
+    for sig in ("ttft", "itl", "e2e"):
+        if all(v is None for v in inc_q.get(sig, {None: None}).values()):
+            missing.append(f"baseline: no {sig} histogram in the incident window")
+    return BaselineComparison(
+        window,
+        baseline,
+        rows,
+        {"baseline": base_q, "incident": inc_q},
+        {"baseline": base_r, "incident": inc_r},
+        queries,
+        missing,
+    )

@@ -1,0 +1,193 @@
+"""What changed: change points in the key series, aligned with deploy events.
+
+A deploy is a suspect only if a shift *starts at it*: a change point within a few steps after the
+deploy (the rate window delays what the series show by up to one window). Deploys with no shift
+are cleared by name; a shift with no deploy is reported as "no deploy explains this shift".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from perfkit import signals as S
+from perfkit.analyses.changepoints import ChangePoint, detect
+from perfkit.frames import Window, iso
+
+SUSPECT_KINDS = ("deploy", "rollback", "config")
+
+#: series watched for shifts: (name, signal, kind, quantile or None, degrading direction +1 up / -1 down)
+WATCHED: tuple[tuple[str, str, str, float | None, int], ...] = (
+    ("TTFT p50", "ttft", "quantile", 0.5, +1),
+    ("TTFT p95", "ttft", "quantile", 0.95, +1),
+    ("ITL p50", "itl", "quantile", 0.5, +1),
+    ("ITL p95", "itl", "quantile", 0.95, +1),
+    ("TPOT p95", "tpot", "quantile", 0.95, +1),
+    ("E2E p95", "e2e", "quantile", 0.95, +1),
+    ("requests/s", "e2e", "rate", None, 0),
+    ("generated tokens/s", "generation_tokens_total", "counter", None, -1),
+)
+
+
+@dataclass
+class Shift:
+    series: str
+    ts: datetime
+    before: float
+    after: float
+    rel_change: float
+    degrading: bool
+    aligned_event: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "series": self.series,
+            "ts": iso(self.ts),
+            "before": self.before,
+            "after": self.after,
+            "rel_change": round(self.rel_change, 4),
+            "degrading": self.degrading,
+            "aligned_event": self.aligned_event,
+        }
+
+
+@dataclass
+class ReleaseCorrelation:
+    span: Window
+    step_s: float
+    shifts: list[Shift]
+    events: list[dict[str, Any]]
+    cleared: list[dict[str, Any]]  # deploys in the span with no shift starting at them
+    suspect: dict[str, Any] | None
+    unexplained: list[Shift]
+    series: dict[str, pl.DataFrame] = field(default_factory=dict)
+    queries: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def suspect_version(self) -> str | None:
+        return self.suspect.get("version") if self.suspect else None
+
+    def summary(self) -> str:
+        if self.suspect:
+            s = self.suspect
+            return (
+                f"{s['kind']} {s['version'] or s['detail']} at {s['ts']} is where "
+                f"{', '.join(s['series'])} shifted"
+            )
+        if self.unexplained:
+            first = min(self.unexplained, key=lambda x: x.ts)
+            return f"no deploy explains this shift: {first.series} {first.rel_change:+.0%} at {iso(first.ts)}"
+        return "no significant shift in the watched series"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step_s": self.step_s,
+            "span": self.span.as_dict(),
+            "shifts": [s.as_dict() for s in self.shifts],
+            "suspect": self.suspect,
+            "suspect_version": self.suspect_version,
+            "cleared": self.cleared,
+            "unexplained": [s.as_dict() for s in self.unexplained],
+            "summary": self.summary(),
+        }
+
+
+def watched_series(engine, span: Window, step_s: float, queries: list[str]) -> dict[str, pl.DataFrame]:
+    out: dict[str, pl.DataFrame] = {}
+    for name, signal, kind, q, _ in WATCHED:
+        if kind == "quantile":
+            frame = S.quantile_series(engine, signal, q or 0.5, span, step_s, queries)
+        elif kind == "rate":
+            frame = S.rate_series(engine, signal, span, step_s, queries, histogram_count=True)
+        else:
+            frame = S.rate_series(engine, signal, span, step_s, queries)
+        if frame.height:
+            out[name] = frame.select("ts", "value").sort("ts")
+    return out
+
+
+def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFrame) -> ReleaseCorrelation:
+    """Change points over baseline-start → window-end, each matched to the deploy it starts at."""
+    start = min(baseline.start, window.start) if baseline else window.start - (window.end - window.start)
+    span = Window(start, window.end)
+    step_s = max(60.0, S.choose_step(span, points=150))
+    queries: list[str] = []
+    series = watched_series(engine, span, step_s, queries)
+    missing = []
+    if not series:
+        missing.append("release correlation: no latency or throughput series to look for shifts in")
+    tolerance = timedelta(seconds=max(3 * step_s, 180))
+    evs = []
+    if events.height:
+        in_span = events.filter((pl.col("ts") >= span.start - tolerance) & (pl.col("ts") <= span.end))
+        evs = [dict(r) for r in in_span.iter_rows(named=True)]
+    suspects = [e for e in evs if e["kind"] in SUSPECT_KINDS]
+    shifts: list[Shift] = []
+    for name, _signal, _kind, _q, direction in WATCHED:
+        frame = series.get(name)
+        if frame is None:
+            continue
+        ts = frame["ts"].to_list()
+        cps: list[ChangePoint] = detect(ts, frame["value"].to_numpy(), log_scale=True)
+        for cp in cps:
+            degrading = (direction > 0 and cp.rel_change > 0) or (direction < 0 and cp.rel_change < 0)
+            shift = Shift(name, cp.ts, cp.before, cp.after, cp.rel_change, degrading)
+            # the deploy the shift starts at: at or before the change point, within tolerance
+            best = None
+            for e in suspects:
+                lead = (cp.ts - e["ts"]).total_seconds()
+                if -step_s <= lead <= tolerance.total_seconds() and (best is None or abs(lead) < best[0]):
+                    best = (abs(lead), e)
+            if best:
+                e = best[1]
+                shift.aligned_event = {
+                    "ts": iso(e["ts"]),
+                    "kind": e["kind"],
+                    "version": e["version"] or None,
+                    "detail": e["detail"],
+                }
+            shifts.append(shift)
+    # A suspect needs degrading latency shifts starting at it; rank by total degrading shift.
+    scores: dict[str, tuple[float, dict[str, Any], list[str]]] = {}
+    for sh in shifts:
+        if sh.degrading and sh.aligned_event and sh.ts >= span.start:
+            key = f"{sh.aligned_event['ts']}|{sh.aligned_event['version']}"
+            total, ev, names = scores.get(key, (0.0, sh.aligned_event, []))
+            scores[key] = (total + abs(float(np.log1p(sh.rel_change))), ev, [*names, sh.series])
+    suspect = None
+    if scores:
+        total, ev, names = max(scores.values(), key=lambda x: x[0])
+        suspect = {**ev, "series": names, "score": round(total, 3)}
+    cleared = []
+    for e in suspects:
+        hit = any(
+            sh.aligned_event and sh.aligned_event["ts"] == iso(e["ts"]) and sh.degrading for sh in shifts
+        )
+        if not hit and span.start <= e["ts"] <= span.end:
+            cleared.append(
+                {
+                    "ts": iso(e["ts"]),
+                    "kind": e["kind"],
+                    "version": e["version"] or None,
+                    "detail": e["detail"],
+                }
+            )
+    onset_from = baseline.end if baseline and baseline.end < window.start else window.start - tolerance
+    unexplained = [sh for sh in shifts if sh.degrading and not sh.aligned_event and sh.ts >= onset_from]
+    return ReleaseCorrelation(
+        span,
+        step_s,
+        shifts,
+        [{**e, "ts": iso(e["ts"])} for e in evs],
+        cleared,
+        suspect,
+        unexplained,
+        series,
+        queries,
+        missing,
+    )

@@ -1,0 +1,152 @@
+"""Per-stage latency: queue, prefill, decode and frontend overhead, and which stage owns the tail.
+
+Identities (vLLM ``stats.py``; reference/training-metrics.md §2.1), on means over the window::
+
+    TTFT  ≈ frontend + queue + prefill
+    e2e   ≈ frontend + queue + inference,   inference = prefill + decode
+    frontend/other ≈ mean(e2e) − mean(queue) − mean(inference)
+
+Means are ``increase(_sum)/increase(_count)``. The tail owner is the stage whose p95 grew the most
+the most *relative* to the baseline, among changes big enough to feel (a stage that is slow in both
+windows is not what changed). Decode is compared per token (TPOT, else ITL), since a request's
+whole decode time mostly measures how many tokens it asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from perfkit import signals as S
+from perfkit.frames import Window
+
+STAGES = ("queue", "prefill", "decode")
+
+
+@dataclass
+class StageBreakdown:
+    means: dict[str, dict[str, float | None]]  # side → stage/ttft/e2e/inference/frontend → mean s
+    p95: dict[str, dict[str, float | None]]  # side → stage → p95 s
+    tail_owner: str | None
+    ttft_owner: str | None  # queue or prefill: which part of TTFT grew most
+    queries: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def table(self) -> pl.DataFrame:
+        rows = []
+        for stage in (*STAGES, "frontend", "ttft", "e2e"):
+            b, i = self.means.get("baseline", {}).get(stage), self.means.get("incident", {}).get(stage)
+            pb, pi = self.p95.get("baseline", {}).get(stage), self.p95.get("incident", {}).get(stage)
+            rows.append(
+                {
+                    "stage": stage,
+                    "mean_baseline_s": b,
+                    "mean_incident_s": i,
+                    "p95_baseline_s": pb,
+                    "p95_incident_s": pi,
+                    "p95_delta_s": (pi - pb) if pi is not None and pb is not None else None,
+                }
+            )
+        return pl.DataFrame(
+            rows,
+            schema={
+                "stage": pl.Utf8,
+                "mean_baseline_s": pl.Float64,
+                "mean_incident_s": pl.Float64,
+                "p95_baseline_s": pl.Float64,
+                "p95_incident_s": pl.Float64,
+                "p95_delta_s": pl.Float64,
+            },
+        )
+
+    def summary(self) -> str:
+        if not self.tail_owner:
+            return "per-stage histograms missing: cannot say which stage owns the tail"
+        d = self.p95
+        b, i = d.get("baseline", {}).get(self.tail_owner), d.get("incident", {}).get(self.tail_owner)
+        text = f"the {self.tail_owner} stage owns the tail: p95 {_s(b)} → {_s(i)}"
+        if self.ttft_owner:
+            text += f"; TTFT grew mostly in {self.ttft_owner}"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "means": self.means,
+            "p95": self.p95,
+            "tail_owner": self.tail_owner,
+            "ttft_owner": self.ttft_owner,
+            "summary": self.summary(),
+        }
+
+
+def _s(v: float | None) -> str:
+    return "n/a" if v is None else (f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s")
+
+
+def _side(engine, window: Window, queries: list[str]) -> tuple[dict, dict]:
+    means = {s: S.window_mean(engine, s, window, queries) for s in (*STAGES, "ttft", "e2e", "inference")}
+    if None not in (means["e2e"], means["queue"], means["inference"]):
+        means["frontend"] = max(0.0, means["e2e"] - means["queue"] - means["inference"])  # type: ignore[operator]
+    else:
+        means["frontend"] = None
+    p95 = {s: S.window_quantiles(engine, s, (0.95,), window, queries)[0.95] for s in (*STAGES, "ttft", "e2e")}
+    return means, p95
+
+
+MIN_FELT_S = {"queue": 0.1, "prefill": 0.1, "decode": 0.005}  # a smaller p95 change is not what users felt
+
+
+def _tail_owner(engine, window, baseline, inc_p95, base_p95, queries) -> str | None:
+    per_token = "tpot" if S.resolve(engine, "tpot").found else "itl"
+    inc = {
+        "queue": inc_p95.get("queue"),
+        "prefill": inc_p95.get("prefill"),
+        "decode": S.window_quantiles(engine, per_token, (0.95,), window, queries)[0.95],
+    }
+    if baseline is None:
+        present = {k: v for k, v in inc.items() if v is not None}
+        return max(present, key=lambda k: present[k]) if present else None
+    base = {
+        "queue": base_p95.get("queue"),
+        "prefill": base_p95.get("prefill"),
+        "decode": S.window_quantiles(engine, per_token, (0.95,), baseline)[0.95],
+    }
+    ratios = {}
+    for stage, i in inc.items():
+        b = base.get(stage)
+        if i is None or b is None:
+            continue
+        felt = (i - b) >= MIN_FELT_S[stage]
+        ratios[stage] = (i / b if b > 0 else float("inf")) if felt else 1.0
+    if not ratios:
+        return None
+    owner = max(ratios, key=lambda k: ratios[k])
+    return owner if ratios[owner] > 1.0 else None
+
+
+def breakdown(engine, window: Window, baseline: Window | None) -> StageBreakdown:
+    queries: list[str] = []
+    missing: list[str] = []
+    mi, pi = _side(engine, window, queries)
+    means, p95 = {"incident": mi}, {"incident": pi}
+    if baseline:
+        mb, pb = _side(engine, baseline, [])
+        means["baseline"], p95["baseline"] = mb, pb
+    else:
+        missing.append(
+            "stages: no baseline window; the tail owner is the slowest stage, not the one that grew"
+        )
+    for s in STAGES:
+        if pi.get(s) is None:
+            missing.append(f"stages: no {s} histogram ({S.HISTOGRAMS[s][0]})")
+    tail_owner = _tail_owner(engine, window, baseline, pi, p95.get("baseline", {}), queries)
+    ttft_owner = None
+    if baseline and all(
+        means[side].get(s) is not None for side in ("incident", "baseline") for s in ("queue", "prefill")
+    ):
+        dq = means["incident"]["queue"] - means["baseline"]["queue"]
+        dp = means["incident"]["prefill"] - means["baseline"]["prefill"]
+        ttft_owner = "queue" if dq >= dp else "prefill"
+    return StageBreakdown(means, p95, tail_owner, ttft_owner, queries, missing)

@@ -1,0 +1,49 @@
+"""Translate :mod:`perfkit.query.ops` expressions to PromQL text.
+
+Used to record the query behind every number (provenance) and by the Prometheus backend,
+which lets the server aggregate.
+
+>>> from perfkit.query.ops import Selector, rate, sum_by, histogram_quantile
+>>> to_promql(histogram_quantile(0.95, sum_by(rate(Selector("x_bucket"), 60), "le")))
+'histogram_quantile(0.95, sum by (le) (rate(x_bucket[1m])))'
+"""
+
+from __future__ import annotations
+
+from perfkit.query.ops import Aggregate, Binary, Expr, HistogramQuantile, RangeFunction, Selector, validate
+
+
+def duration(seconds: float) -> str:
+    """PromQL duration literal: 60 → '1m', 90 → '90s', 3600 → '1h'."""
+    s = round(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size and s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def selector(sel: Selector) -> str:
+    if not sel.matchers:
+        return sel.metric
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sel.matchers)
+    return f"{sel.metric}{{{inner}}}"
+
+
+def to_promql(expr: Expr) -> str:
+    validate(expr)
+    if isinstance(expr, Selector):
+        return selector(expr)
+    if isinstance(expr, RangeFunction):
+        return f"{expr.fn}({selector(expr.selector)}[{duration(expr.window_s)}])"
+    if isinstance(expr, Aggregate):
+        by = f" by ({', '.join(expr.by)})" if expr.by else ""
+        return f"{expr.op}{by} ({to_promql(expr.expr)})"
+    if isinstance(expr, HistogramQuantile):
+        return f"histogram_quantile({expr.q:g}, {to_promql(expr.expr)})"
+    if isinstance(expr, Binary):
+        return f"({to_promql(expr.lhs)}) {expr.op} ({to_promql(expr.rhs)})"
+    raise TypeError(f"not an expression: {expr!r}")

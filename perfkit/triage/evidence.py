@@ -1,0 +1,236 @@
+"""Gather, once, every number the triage rows read. Missing evidence stays ``None`` and is named."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from perfkit import signals as S
+from perfkit.analyses.baseline import BaselineComparison, compare
+from perfkit.analyses.release import ReleaseCorrelation, correlate
+from perfkit.analyses.stages import StageBreakdown, breakdown
+from perfkit.frames import LOG_SCHEMA, Window
+from perfkit.incident import Incident
+from perfkit.triage import thresholds as T
+
+
+@dataclass
+class Interference:
+    long_threshold_tokens: float | None = None
+    long_share: dict[str, float | None] = field(default_factory=dict)  # side → share of requests
+    stall_threshold_s: float | None = None
+    stalls_per_min: dict[str, float | None] = field(default_factory=dict)
+    correlation: float | None = None
+    minutes: int = 0
+    series: pl.DataFrame | None = None  # ts, long_arrivals, itl_stalls (per minute)
+
+
+@dataclass
+class Evidence:
+    incident: Incident
+    baseline: BaselineComparison
+    stages: StageBreakdown
+    release: ReleaseCorrelation
+    interference: Interference
+    logs: dict[str, int]
+    chunked_prefill: bool | None
+    gpu: dict[str, float | None]
+    host: dict[str, float | None]
+    training: dict[str, Any]
+    missing: list[str] = field(default_factory=list)
+
+    # convenience accessors --------------------------------------------------------------------
+    def q(self, side: str, signal: str, q: float) -> float | None:
+        return self.baseline.q(side, signal, q)
+
+    def ratio(self, signal: str, q: float) -> float | None:
+        b, i = self.q("baseline", signal, q), self.q("incident", signal, q)
+        if b is None or i is None or b <= 0:
+            return None
+        return i / b
+
+    def rate(self, side: str, name: str) -> float | None:
+        return self.baseline.rates.get(side, {}).get(name)
+
+    def rate_ratio(self, name: str) -> float | None:
+        b, i = self.rate("baseline", name), self.rate("incident", name)
+        if b is None or i is None or b <= 0:
+            return None
+        return i / b
+
+    def mean(self, side: str, stage: str) -> float | None:
+        return self.stages.means.get(side, {}).get(stage)
+
+    def per_token(self) -> str:
+        """TPOT if the server exports it, else ITL (older vLLM)."""
+        return "tpot" if self.q("incident", "tpot", 0.5) is not None else "itl"
+
+
+def _bucket_at_least(bounds: list[float], value: float) -> float | None:
+    above = [b for b in bounds if b >= value and math.isfinite(b)]
+    return min(above) if above else None
+
+
+def _bounds(engine, signal: str, window: Window) -> list[float]:
+    res = S.resolve(engine, signal)
+    if not res.found:
+        return []
+    frame = engine.raw(f"{res.metric}_bucket", window.start, window.end) if hasattr(engine, "raw") else None
+    if frame is None or not frame.height or "le" not in frame.columns:
+        return []
+    return sorted({float(le) for le in frame["le"].unique().to_list() if le not in ("+Inf", "Inf")})
+
+
+def interference(engine, inc: Incident, base: BaselineComparison) -> Interference:
+    """Long-prompt arrivals vs ITL stalls, minute by minute, in the incident window."""
+    out = Interference()
+    window, baseline = inc.window, inc.baseline
+    p_bounds = _bounds(engine, "prompt_tokens", window)
+    median_prompt = S.window_quantiles(engine, "prompt_tokens", (0.5,), baseline or window)[0.5]
+    if not p_bounds or median_prompt is None:
+        return out
+    long_le = _bucket_at_least(p_bounds, T.LONG_PROMPT_MULTIPLE * median_prompt)
+    if long_le is None:
+        return out
+    out.long_threshold_tokens = long_le
+    for side, w in (("incident", window), ("baseline", baseline)):
+        if w is None:
+            continue
+        total = S.window_count(engine, "prompt_tokens", w)
+        short = S.window_count(engine, "prompt_tokens", w, le=long_le)
+        out.long_share[side] = (total - short) / total if total and short is not None else None
+    itl_p50 = base.q("baseline", "itl", 0.5) or base.q("incident", "itl", 0.5)
+    i_bounds = _bounds(engine, "itl", window)
+    if itl_p50 is None or not i_bounds:
+        return out
+    # A stall is a gap far outside the baseline's own worst: 2x its p99.9 (and >= 0.5 s, >= 10x p50).
+    normal_worst = S.window_quantiles(engine, "itl", (0.999,), baseline)[0.999] if baseline else None
+    floor = max(
+        T.STALL_MIN_S, T.STALL_MEDIAN_MULTIPLE * itl_p50, T.STALL_WORST_MULTIPLE * (normal_worst or 0)
+    )
+    stall_le = _bucket_at_least(i_bounds, floor)
+    if stall_le is None:
+        return out
+    out.stall_threshold_s = stall_le
+    for side, w in (("incident", window), ("baseline", baseline)):
+        if w is None:
+            continue
+        total = S.window_count(engine, "itl", w)
+        fast = S.window_count(engine, "itl", w, le=stall_le)
+        out.stalls_per_min[side] = (
+            (total - fast) / (w.seconds / 60) if total is not None and fast is not None else None
+        )
+    step = 120.0  # two-minute bins: a long prompt arriving late in a minute stalls decodes in the next
+    long_all = S.rate_series(engine, "prompt_tokens", window, step, histogram_count=True)
+    long_short = S.rate_series(engine, "prompt_tokens", window, step, histogram_count=True, le=long_le)
+    itl_all = S.rate_series(engine, "itl", window, step, histogram_count=True)
+    itl_fast = S.rate_series(engine, "itl", window, step, histogram_count=True, le=stall_le)
+    frame = (
+        long_all.rename({"value": "a"})
+        .join(long_short.rename({"value": "b"}), on="ts")
+        .join(itl_all.rename({"value": "c"}), on="ts")
+        .join(itl_fast.rename({"value": "d"}), on="ts")
+        .select(
+            "ts",
+            ((pl.col("a") - pl.col("b")) * step).alias("long_arrivals"),
+            ((pl.col("c") - pl.col("d")) * step).alias("itl_stalls"),
+        )
+        .sort("ts")
+    )
+    out.series = frame
+    out.minutes = frame.height
+    x, y = frame["long_arrivals"].to_numpy(), frame["itl_stalls"].to_numpy()
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() >= 10 and x[ok].std() > 0 and y[ok].std() > 0:
+        out.correlation = float(np.corrcoef(x[ok], y[ok])[0, 1])
+    return out
+
+
+def _log_counts(logs: pl.DataFrame | None, window: Window) -> dict[str, int]:
+    if logs is None or not logs.height:
+        return {}
+    inw = logs.filter((pl.col("ts") >= window.start) & (pl.col("ts") <= window.end))
+    counts = inw.group_by("kind").len()
+    return {k: int(n) for k, n in counts.iter_rows()}
+
+
+def _chunked_prefill(logs: pl.DataFrame | None) -> bool | None:
+    """The engine's enable_chunked_prefill setting from its startup line, if logged (last one wins)."""
+    if logs is None or not logs.height:
+        return None
+    hits = logs.filter(pl.col("message").str.contains("enable_chunked_prefill="))
+    if not hits.height:
+        return None
+    text = hits.sort("ts")["message"][-1]
+    return "enable_chunked_prefill=True" in text
+
+
+def _gpu_host(engine, inc: Incident) -> tuple[dict, dict]:
+    gpu: dict[str, float | None] = {}
+    host: dict[str, float | None] = {}
+    for side, w in (("incident", inc.window), ("baseline", inc.baseline)):
+        if w is None:
+            continue
+        gpu[f"util_{side}"] = S.gauge_stat(engine, "gpu_util", w, "avg", combine="avg")
+        gpu[f"tensor_{side}"] = S.gauge_stat(engine, "tensor_active", w, "avg", combine="avg")
+        idle = S.counter_rate(engine, "node_cpu", w, mode="idle")
+        total = S.counter_rate(engine, "node_cpu", w)
+        host[f"cpu_busy_{side}"] = (1 - idle / total) if idle is not None and total else None
+        rx = S.counter_rate(engine, "net_rx", w)
+        tx = S.counter_rate(engine, "net_tx", w)
+        host[f"net_bytes_per_s_{side}"] = (rx or 0) + (tx or 0) if rx is not None or tx is not None else None
+    return gpu, host
+
+
+TRAINING = ("train_step_duration_seconds", "train_data_wait_seconds", "train_comm_seconds", "train_loss")
+
+
+def gather(
+    engine,
+    inc: Incident,
+    *,
+    events: pl.DataFrame,
+    logs: pl.DataFrame | None = None,
+    baseline: BaselineComparison | None = None,
+    stages: StageBreakdown | None = None,
+    release: ReleaseCorrelation | None = None,
+) -> Evidence:
+    """Everything triage needs; pass already computed analyses to avoid computing them twice."""
+    base = baseline or compare(engine, inc.window, inc.baseline, inc.slo)
+    st = stages or breakdown(engine, inc.window, inc.baseline)
+    rel = release or correlate(engine, inc.window, inc.baseline, events)
+    missing = [*base.missing, *rel.missing]
+    if inc.baseline is None:
+        missing.append("triage: no baseline window; rows needing a comparison are inconclusive")
+    gpu, host = _gpu_host(engine, inc)
+    if gpu.get("util_incident") is None:
+        missing.append("gpu state: no DCGM metrics in window")
+    if host.get("cpu_busy_incident") is None:
+        missing.append("host: no node exporter CPU metrics in window")
+    if logs is None or not logs.height:
+        missing.append("logs: none in window (OOM, NCCL and Xid lines unchecked)")
+    training = {name: engine.has(name) for name in TRAINING}
+    if not any(training.values()):
+        missing.append("training: no train_* metrics (data-wait, comm and loss rows unchecked)")
+    if not events.height:
+        missing.append("events: no deploy history (release_regression unchecked)")
+    return Evidence(
+        inc,
+        base,
+        st,
+        rel,
+        interference(engine, inc, base),
+        _log_counts(logs, inc.window),
+        _chunked_prefill(logs),
+        gpu,
+        host,
+        training,
+        missing,
+    )
+
+
+EMPTY_LOGS = pl.DataFrame(schema=LOG_SCHEMA)
