@@ -21,6 +21,7 @@ LABELS = {
     "prefill": "prefill",
     "decode": "decode",
 }
+USER_FACING = ("TTFT", "TPOT", "ITL", "E2E")  # what users feel; stages explain, these are the impact
 #: SLO key for (signal, quantile)
 SLO_KEY = {
     ("ttft", 0.95): "ttft_p95_s",
@@ -91,7 +92,11 @@ class BaselineComparison:
 
     def headline(self) -> Row | None:
         """The row with the biggest relative worsening among latency quantiles."""
-        lat = [r for r in self.rows if r.unit == "s" and r.ratio is not None]
+        lat = [
+            r
+            for r in self.rows
+            if r.unit == "s" and r.ratio is not None and r.metric.split()[0] in USER_FACING
+        ]
         return max(lat, key=lambda r: r.ratio or 0, default=None)
 
     def as_dict(self) -> dict[str, Any]:

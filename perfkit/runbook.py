@@ -1,0 +1,599 @@
+"""What a runbook cell calls: one function per section, each returning a displayable :class:`Section`.
+
+A section shows a one-line verdict, a table and a figure, and records its finding into the
+notebook. It never raises: missing or broken evidence becomes a section that says what is
+missing (status ``missing``/``error``), and the runbook carries on::
+
+    import perfkit.runbook as rb
+    ctx = rb.open_incident(bundle="data/scenarios/p95-prefill-interference")
+    rb.completeness(ctx)      # displays and records the finding
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from perfkit import figures
+from perfkit.errors import ConfigError, PerfkitError
+from perfkit.findings import Finding, record, table_from_frame
+from perfkit.frames import iso
+from perfkit.incident import Incident, default_baseline, with_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+STATUS_ICON = {"ok": "✅", "warn": "⚠️", "critical": "🔴", "missing": "❔", "error": "❌"}
+
+
+@dataclass
+class Context:
+    """Everything the sections share: the incident, the engine, and results computed once."""
+
+    params: dict[str, Any]
+    incident: Incident | None = None
+    engine: Any = None
+    bundle: Any = None
+    events: pl.DataFrame | None = None
+    logs: pl.DataFrame | None = None
+    stats: pl.DataFrame | None = None
+    error: str | None = None
+    missing: list[str] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+    summaries: dict[str, str] = field(default_factory=dict)
+
+    def need(self, key: str, compute: Callable[[], Any]) -> Any:
+        if key not in self.results:
+            self.results[key] = compute()
+        return self.results[key]
+
+    def add_missing(self, items: list[str]) -> None:
+        for m in items:
+            if m not in self.missing:
+                self.missing.append(m)
+
+
+@dataclass
+class Section:
+    finding: Finding
+    table: pl.DataFrame | None = None
+    figure: Any = None  # plotly figure
+    extra_figures: list[Any] = field(default_factory=list)
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import Markdown, display
+
+        f = self.finding
+        icon = STATUS_ICON.get(f.status, "")
+        display(Markdown(f"**{icon} {f.title}** — {_md_escape(f.summary)}"))
+        if f.missing:
+            display(Markdown("Missing evidence: " + "; ".join(_md_escape(m) for m in f.missing)))
+        if self.table is not None and self.table.height:
+            display(self.table.to_pandas())
+        for fig in [self.figure, *self.extra_figures]:
+            if fig is not None:
+                fig.show()
+        record(f)
+
+
+def _md_escape(text: str) -> str:
+    return str(text).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def resolve_bundle(path: str) -> Path:
+    """A bundle path as given, else relative to the repository (runbooks run from runbooks/)."""
+    p = Path(os.path.expanduser(path))
+    if p.is_dir() or p.is_absolute():
+        return p
+    for base in (Path.cwd(), REPO):
+        if (base / p).is_dir():
+            return base / p
+    return p
+
+
+def open_incident(
+    bundle: str = "",
+    *,
+    prometheus_url: str = "",
+    start: str = "",
+    end: str = "",
+    baseline_start: str = "",
+    baseline_end: str = "",
+    service: str = "",
+    slo: dict[str, float] | None = None,
+    **extra: Any,
+) -> Context:
+    """Load the evidence for the runbook. Never raises: a failure is kept in ``ctx.error``."""
+    params = {
+        "bundle": bundle,
+        "prometheus_url": prometheus_url,
+        "start": start,
+        "end": end,
+        "baseline_start": baseline_start,
+        "baseline_end": baseline_end,
+        "service": service,
+        **extra,
+    }
+    ctx = Context(params)
+    try:
+        if not bundle:
+            if prometheus_url:
+                raise ConfigError(
+                    "live Prometheus sources are not available yet: capture a bundle, or pass bundle="
+                )
+            raise ConfigError("no evidence source: set `bundle` (an incident bundle folder)")
+        from perfkit.query.local import LocalEngine
+        from perfkit.sources.bundle import load_bundle
+
+        root = resolve_bundle(bundle)
+        from perfkit.incident import read_incident
+
+        incident = with_overrides(
+            read_incident(root / "incident.yaml"),
+            start=start or None,
+            end=end or None,
+            baseline_start=baseline_start or None,
+            baseline_end=baseline_end or None,
+        )
+        if incident.baseline is None:
+            incident.baseline = default_baseline(incident.window)
+        if service:
+            incident.service = service
+        for key, value in (slo or {}).items():
+            if value:
+                incident.slo[key] = float(value)
+        b = load_bundle(root, incident=incident)
+        ctx.bundle, ctx.incident, ctx.engine = b, incident, LocalEngine(b.store)
+        ctx.events, ctx.logs, ctx.stats = b.events, b.logs, b.stats
+        ctx.add_missing(b.missing)
+    except PerfkitError as exc:
+        ctx.error = str(exc)
+    return ctx
+
+
+def section(key: str, title: str) -> Callable[[Callable[[Context], Section]], Callable[[Context], Section]]:
+    """Guard a section: no context → 'missing'; any exception → 'error' with the message; never raises."""
+
+    def wrap(fn: Callable[[Context], Section]) -> Callable[[Context], Section]:
+        @functools.wraps(fn)
+        def run(ctx: Context) -> Section:
+            if ctx.error or ctx.engine is None:
+                why = ctx.error or "no evidence loaded"
+                return Section(Finding(key, title, f"not run: {why}", status="missing", missing=[why]))
+            try:
+                out = fn(ctx)
+            except PerfkitError as exc:
+                out = Section(
+                    Finding(key, title, f"could not complete: {exc}", status="error", missing=[str(exc)])
+                )
+            except Exception as exc:  # a bug must not end the incident record: say it, keep going
+                tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                out = Section(Finding(key, title, f"failed: {tb}", status="error", missing=[f"{key}: {tb}"]))
+            ctx.add_missing(out.finding.missing)
+            ctx.summaries[key] = out.finding.summary
+            return out
+
+        return run
+
+    return wrap
+
+
+def _fig_json(fig: Any) -> dict[str, Any] | None:
+    return fig.to_plotly_json() if fig is not None else None
+
+
+def _events(ctx: Context) -> list[dict[str, Any]]:
+    if ctx.events is None or not ctx.events.height:
+        return []
+    return [dict(r) for r in ctx.events.iter_rows(named=True)]
+
+
+# -- sections -------------------------------------------------------------------------------------
+
+
+@section("scope", "Scope")
+def scope(ctx: Context) -> Section:
+    inc = ctx.incident
+    assert inc is not None
+    rows = [
+        ["incident", inc.id],
+        ["title", inc.title],
+        ["service", inc.service],
+        ["model", inc.model or "n/a"],
+        ["window (UTC)", f"{iso(inc.window.start)} → {iso(inc.window.end)}"],
+        [
+            "baseline (UTC)",
+            f"{iso(inc.baseline.start)} → {iso(inc.baseline.end)}" if inc.baseline else "none",
+        ],
+        ["SLOs", ", ".join(f"{k}={v:g}" for k, v in inc.slo.items()) or "none"],
+        ["hardware", f"{inc.hardware.count} x {inc.hardware.gpu}"],
+        ["evidence", f"{ctx.engine.name}: {ctx.params.get('bundle') or ctx.params.get('prometheus_url')}"],
+    ]
+    table = pl.DataFrame({"field": [r[0] for r in rows], "value": [str(r[1]) for r in rows]})
+    f = Finding(
+        "scope",
+        "Scope",
+        f"{inc.service}: {inc.title}",
+        data={**inc.as_dict(), "source": ctx.engine.name},
+        table=table_from_frame(table),
+    )
+    return Section(f, table)
+
+
+@section("completeness", "Data completeness")
+def completeness(ctx: Context) -> Section:
+    from perfkit.analyses.completeness import completeness as run
+
+    inc = ctx.incident
+    assert inc is not None
+    res = ctx.need("completeness", lambda: run(ctx.engine, inc.window, stats=ctx.stats, events=ctx.events))
+    table = res.table()
+    status = {"complete": "ok", "degraded": "warn", "missing": "critical"}[res.verdict]
+    present = [k for k, v in res.sources.items() if v]
+    summary = f"{res.verdict}: sources {', '.join(present) or 'none'}; {res.skew_note}"
+    gaps = sum(len(r.gaps) for r in res.rows)
+    if gaps:
+        summary += f"; {gaps} gaps"
+    f = Finding(
+        "completeness",
+        "Data completeness",
+        summary,
+        status=status,
+        data=res.as_dict(),
+        table=table_from_frame(table),
+        missing=list(res.missing),
+    )
+    return Section(f, table)
+
+
+@section("changes", "What changed")
+def changes(ctx: Context) -> Section:
+    from perfkit.analyses.release import correlate
+
+    inc = ctx.incident
+    assert inc is not None
+    rel = ctx.need("release", lambda: correlate(ctx.engine, inc.window, inc.baseline, ctx.events))
+    rows = [
+        {
+            "ts": s.as_dict()["ts"],
+            "series": s.series,
+            "before": s.before,
+            "after": s.after,
+            "change_pct": round(100 * s.rel_change, 1),
+            "degrading": s.degrading,
+            "starts at": (
+                f"{s.aligned_event['kind']} {s.aligned_event['version'] or s.aligned_event['detail']}"
+                if s.aligned_event
+                else "no deploy"
+            ),
+        }
+        for s in rel.shifts
+    ]
+    table = pl.DataFrame(
+        rows,
+        schema={
+            "ts": pl.Utf8,
+            "series": pl.Utf8,
+            "before": pl.Float64,
+            "after": pl.Float64,
+            "change_pct": pl.Float64,
+            "degrading": pl.Boolean,
+            "starts at": pl.Utf8,
+        },
+    )
+    latency = {k: v for k, v in rel.series.items() if k.startswith(("TTFT", "ITL", "TPOT"))}
+    fig = figures.timeseries(
+        latency,
+        title="Latency quantiles with deploys",
+        ytitle="seconds",
+        window=inc.window,
+        baseline=inc.baseline,
+        events=_events(ctx),
+        slo=inc.slo.get("ttft_p95_s"),
+        log_y=True,
+    )
+    status = "critical" if rel.suspect or rel.unexplained else "ok"
+    f = Finding(
+        "changes",
+        "What changed",
+        rel.summary(),
+        status=status,
+        data=rel.as_dict(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption=f"quantiles at {rel.step_s:g} s steps over {iso(rel.span.start)} → "
+        f"{iso(rel.span.end)}; dotted lines: deploys/config changes",
+        missing=list(rel.missing),
+        queries=list(dict.fromkeys(rel.queries)),
+    )
+    return Section(f, table, fig)
+
+
+@section("baseline", "Baseline vs now")
+def baseline(ctx: Context) -> Section:
+    from perfkit.analyses.baseline import compare
+
+    inc = ctx.incident
+    assert inc is not None
+    res = ctx.need("baseline", lambda: compare(ctx.engine, inc.window, inc.baseline, inc.slo))
+    table = res.table()
+    head = res.headline()
+    breaches = [r.metric for r in res.rows if r.breach]
+    if head and head.ratio:
+        summary = (
+            f"{head.metric} {head.incident:.3g} s vs {head.baseline:.3g} s in the baseline "
+            f"({head.ratio:.2f}x)"
+        )
+    else:
+        summary = "no latency quantiles to compare"
+    if breaches:
+        summary += f"; SLO breached: {', '.join(breaches)}"
+    lat = [r for r in res.rows if r.unit == "s" and r.metric.split()[0] in ("TTFT", "TPOT", "ITL")]
+    fig = figures.bars(
+        [r.metric for r in lat],
+        {"baseline": [r.baseline for r in lat], "incident": [r.incident for r in lat]},
+        title="Latency quantiles: baseline vs incident",
+        ytitle="seconds",
+    )
+    fig.update_yaxes(type="log")
+    f = Finding(
+        "baseline",
+        "Baseline vs now",
+        summary,
+        status="critical" if breaches else "ok",
+        data=res.as_dict(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption="histogram_quantile over increase() of each whole window",
+        missing=list(res.missing),
+        queries=list(dict.fromkeys(res.queries)),
+    )
+    return Section(f, table, fig)
+
+
+@section("stages", "Per-stage latency")
+def stages(ctx: Context) -> Section:
+    from perfkit.analyses.stages import breakdown
+
+    inc = ctx.incident
+    assert inc is not None
+    res = ctx.need("stages", lambda: breakdown(ctx.engine, inc.window, inc.baseline))
+    table = res.table()
+    cats = ["queue", "prefill", "frontend"]
+    fig = figures.bars(
+        cats,
+        {side: [res.means.get(side, {}).get(c) for c in cats] for side in ("baseline", "incident")},
+        title="Mean time to first token by stage (frontend = e2e − queue − inference)",
+        ytitle="seconds",
+    )
+    p95 = figures.bars(
+        ["queue", "prefill"],
+        {
+            side: [res.p95.get(side, {}).get(c) for c in ("queue", "prefill")]
+            for side in ("baseline", "incident")
+        },
+        title="p95 by stage",
+        ytitle="seconds",
+    )
+    f = Finding(
+        "stages",
+        "Per-stage latency",
+        res.summary(),
+        status="warn" if res.tail_owner else "missing",
+        data=res.as_dict(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption="means are increase(_sum)/increase(_count) of vLLM's per-stage histograms",
+        missing=list(res.missing),
+        queries=list(dict.fromkeys(res.queries)),
+    )
+    return Section(f, table, fig, [p95])
+
+
+@section("triage", "Triage table")
+def triage(ctx: Context) -> Section:
+    from perfkit.triage.evidence import gather
+    from perfkit.triage.table import run
+
+    inc = ctx.incident
+    assert inc is not None
+    from perfkit.analyses.baseline import compare
+    from perfkit.analyses.release import correlate
+    from perfkit.analyses.stages import breakdown
+
+    base = ctx.need("baseline", lambda: compare(ctx.engine, inc.window, inc.baseline, inc.slo))
+    st = ctx.need("stages", lambda: breakdown(ctx.engine, inc.window, inc.baseline))
+    rel = ctx.need("release", lambda: correlate(ctx.engine, inc.window, inc.baseline, ctx.events))
+    ev = ctx.need(
+        "evidence",
+        lambda: gather(
+            ctx.engine, inc, events=ctx.events, logs=ctx.logs, baseline=base, stages=st, release=rel
+        ),
+    )
+    res = ctx.need("triage", lambda: run(ev))
+    table = res.table()
+    top = res.top
+    if top and top.verification.verdict == "confirmed":
+        summary = f"rank 1: {top.row.direction} (confirmed) — {top.verification.why}"
+        status = "critical"
+    elif top and top.score > 0:
+        summary = f"rank 1: {top.row.direction} ({top.verification.verdict}) — {top.verification.why}"
+        status = "warn"
+    else:
+        summary = "no row of the triage table fired"
+        status = "ok"
+    fig = None
+    it = ev.interference
+    if (
+        top
+        and top.row.direction == "prefill_decode_interference"
+        and it.series is not None
+        and it.series.height
+    ):
+        fig = figures.two_axes(
+            (
+                f"long prompts (>{it.long_threshold_tokens:g} tok) arriving",
+                it.series.select("ts", pl.col("long_arrivals").alias("value")),
+            ),
+            (
+                f"ITL gaps > {it.stall_threshold_s:g} s",
+                it.series.select("ts", pl.col("itl_stalls").alias("value")),
+            ),
+            title="Long-prompt arrivals vs ITL stalls (per 2 min)",
+            left_title="requests",
+            right_title="ITL stalls",
+            window=inc.window,
+        )
+    elif top and top.row.direction == "release_regression":
+        fig = figures.timeseries(
+            {k: v for k, v in rel.series.items() if k.startswith(("ITL", "TPOT", "E2E"))},
+            title="Shift at the suspect deploy",
+            ytitle="seconds",
+            window=inc.window,
+            baseline=inc.baseline,
+            events=_events(ctx),
+            log_y=True,
+        )
+    elif top and top.row.direction == "scheduler_queueing":
+        from perfkit import signals as S
+
+        step = S.choose_step(rel.span)
+        fig = figures.timeseries(
+            {
+                "waiting requests": S.gauge_series(ctx.engine, "waiting", rel.span, step),
+                "running requests": S.gauge_series(ctx.engine, "running", rel.span, step),
+            },
+            title="Queue length vs running batch",
+            ytitle="requests",
+            window=inc.window,
+            baseline=inc.baseline,
+            events=_events(ctx),
+        )
+    f = Finding(
+        "triage",
+        "Triage table",
+        summary,
+        status=status,
+        data=res.to_json(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption="evidence for the rank-1 direction" if fig else None,
+        missing=list(res.missing),
+    )
+    return Section(f, table, fig)
+
+
+@section("gpu", "GPU state")
+def gpu(ctx: Context) -> Section:
+    from perfkit.analyses.gpu import gpu_state
+
+    inc = ctx.incident
+    assert inc is not None
+    res = ctx.need("gpu", lambda: gpu_state(ctx.engine, inc.window, inc.baseline))
+    fig = None
+    if res.gpus:
+        from perfkit import signals as S
+
+        rel_span = ctx.results["release"].span if "release" in ctx.results else inc.window
+        step = S.choose_step(rel_span)
+        fig = figures.timeseries(
+            {
+                "GPU util % (avg)": S.gauge_series(ctx.engine, "gpu_util", rel_span, step, combine="avg"),
+                "tensor active x100 (avg)": S.gauge_series(
+                    ctx.engine, "tensor_active", rel_span, step, combine="avg"
+                ).with_columns(pl.col("value") * 100),
+            },
+            title="GPU activity (DCGM)",
+            ytitle="percent",
+            window=inc.window,
+            baseline=inc.baseline,
+            events=_events(ctx),
+        )
+    missing = list(res.missing) + ["gpu: live NVML snapshot not taken (bundle replay)"]
+    f = Finding(
+        "gpu",
+        "GPU state",
+        res.summary(),
+        status="ok" if res.gpus else "missing",
+        data=res.as_dict(),
+        table=table_from_frame(res.table) if res.table.height else None,
+        figure=_fig_json(fig),
+        figure_caption="DCGM exporter gauges averaged over GPUs" if fig else None,
+        missing=missing,
+        queries=res.queries,
+    )
+    return Section(f, res.table, fig)
+
+
+@section("cost", "Cost")
+def cost(ctx: Context) -> Section:
+    from perfkit.analyses.cost import cost as run
+
+    inc = ctx.incident
+    assert inc is not None
+    res = ctx.need("cost", lambda: run(ctx.engine, inc.hardware, inc.window, inc.baseline))
+    table = pl.DataFrame(
+        {
+            "window": list(res.tokens_per_s),
+            "generated_tokens_per_s": list(res.tokens_per_s.values()),
+            "usd_per_million_tokens": [res.usd_per_million.get(k) for k in res.tokens_per_s],
+        },
+        schema={
+            "window": pl.Utf8,
+            "generated_tokens_per_s": pl.Float64,
+            "usd_per_million_tokens": pl.Float64,
+        },
+    )
+    f = Finding(
+        "cost",
+        "Cost per million tokens",
+        res.summary(),
+        status="ok" if res.usd_per_million.get("incident") else "missing",
+        data=res.as_dict(),
+        table=table_from_frame(table),
+        missing=list(res.missing),
+        queries=res.queries,
+    )
+    return Section(f, table)
+
+
+@section("postmortem", "Findings")
+def findings(ctx: Context) -> Section:
+    from perfkit.analyses.postmortem import build
+
+    inc = ctx.incident
+    assert inc is not None
+    gpu_res, cost_res = ctx.results.get("gpu"), ctx.results.get("cost")
+    model = build(
+        inc,
+        base=ctx.results.get("baseline"),
+        stages=ctx.results.get("stages"),
+        release=ctx.results.get("release"),
+        triage=ctx.results.get("triage"),
+        events=ctx.events if ctx.events is not None else pl.DataFrame(),
+        missing=list(ctx.missing),
+        gpu_summary=gpu_res.summary() if gpu_res else None,
+        cost_summary=cost_res.summary() if cost_res else None,
+    )
+    table = pl.DataFrame(
+        {
+            "time (UTC)": [r["ts"] for r in model["timeline"]],
+            "event": [r["event"] for r in model["timeline"]],
+            "source": [r["source"] for r in model["timeline"]],
+        }
+    )
+    f = Finding(
+        "postmortem",
+        "Findings",
+        model["summary"],
+        status="ok",
+        data=dict(model),
+        table=table_from_frame(table),
+        missing=list(model["missing"]),
+    )
+    return Section(f, table)
