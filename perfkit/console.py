@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.table import Table
 
@@ -11,7 +13,8 @@ VERDICT_STYLE = {"confirmed": "bold red", "ruled_out": "dim", "inconclusive": "y
 
 
 def triage_table(result: TriageResult, console: Console | None = None) -> None:
-    console = console or Console()
+    # Not a terminal (a pipe, a CI log): wide enough that direction IDs are never folded.
+    console = console or Console(width=None if sys.stdout.isatty() else 200)
     table = Table(title=f"Triage — {result.incident}  ({result.window['start']} → {result.window['end']})")
     for col in ("rank", "direction", "symptom", "fired", "verdict", "score", "why"):
         table.add_column(col, overflow="fold")

@@ -91,6 +91,14 @@ def execute(runbook: str, out_dir: Path, parameters: dict[str, Any], *, render: 
     bundle = parameters.get("bundle")
     if bundle and not Path(str(bundle)).is_dir():
         raise ConfigError(f"{bundle}: bundle folder not found")
+    if parameters.get("start") and parameters.get("end"):
+        from perfkit.incident import make_window
+
+        make_window(parameters["start"], parameters["end"], what="window")
+    if parameters.get("baseline_start") and parameters.get("baseline_end"):
+        from perfkit.incident import make_window
+
+        make_window(parameters["baseline_start"], parameters["baseline_end"], what="baseline")
     known = runbook_parameters(path)
     unknown = sorted(set(parameters) - set(known))
     if unknown:

@@ -1,0 +1,108 @@
+"""The CLI as a user meets it: contracts on stdout, one-line errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from perfkit.cli import cli
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = REPO / "data" / "scenarios"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_triage_json_contract():
+    res = invoke("triage", "--bundle", str(SCENARIOS / "release-regression"), "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert set(doc) == {"incident", "window", "symptoms", "directions", "missing"}
+    assert set(doc["window"]) == {"start", "end"}
+    ranks = [d["rank"] for d in doc["directions"]]
+    assert ranks == list(range(1, 10))
+    assert [d["score"] for d in doc["directions"]] == sorted(
+        (d["score"] for d in doc["directions"]), reverse=True
+    )
+    ids = {d["id"] for d in doc["directions"]}
+    assert ids == {
+        "data_pipeline",
+        "network_communication",
+        "kv_cache_allocation",
+        "decode_efficiency",
+        "scheduler_queueing",
+        "memory_oversubscription",
+        "training_instability",
+        "prefill_decode_interference",
+        "release_regression",
+    }
+    for d in doc["directions"]:
+        assert d["verdict"] in ("confirmed", "ruled_out", "inconclusive")
+        assert set(d) >= {"id", "rank", "score", "verdict", "symptom", "verification", "suspect_version"}
+        assert (d["suspect_version"] is not None) == (d["id"] == "release_regression")
+    assert doc["directions"][0]["suspect_version"] == "v2.4.0"
+    # training rows have no evidence in an inference bundle: inconclusive and listed, never confirmed
+    loss = next(d for d in doc["directions"] if d["id"] == "training_instability")
+    assert loss["verdict"] == "inconclusive"
+    assert any("train_loss" in m for m in doc["missing"])
+
+
+def test_triage_table_for_people():
+    res = invoke("triage", "--bundle", str(SCENARIOS / "queueing-traffic-surge"))
+    assert res.exit_code == 0
+    assert "scheduler_queueing" in res.output and "confirmed" in res.output
+
+
+def test_malformed_metrics_line_names_file_and_line(scenario_copy):
+    bundle = scenario_copy("release-regression")
+    om = bundle / "metrics" / "vllm.om"
+    lines = om.read_text().splitlines()
+    lines[5] = "vllm:num_requests_running{engine=0} 3 1794000000"
+    om.write_text("\n".join(lines) + "\n")
+    res = invoke("triage", "--bundle", str(bundle))
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines()[-1] == (f"perfkit: {om}:6: malformed labels '{{engine=0}}'")
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-p", "colour=blue"], "unknown runbook parameter(s) colour"),
+        (["-p", "start=2026-11-18T15:00:00Z", "-p", "end=2026-11-18T14:00:00Z"], "window: ends"),
+        (["-p", "start=yesterday", "-p", "end=2026-11-18T14:00:00Z"], "window: cannot read time"),
+    ],
+)
+def test_bad_run_parameters_are_one_line_errors(tmp_path, args, message):
+    res = invoke(
+        "run",
+        "inference_latency",
+        "--bundle",
+        str(SCENARIOS / "release-regression"),
+        "-o",
+        str(tmp_path / "o"),
+        *args,
+    )
+    assert res.exit_code == 2
+    assert message in res.output and "Traceback" not in res.output
+
+
+def test_unknown_runbook_and_missing_bundle(tmp_path):
+    res = invoke(
+        "run", "no_such_runbook", "--bundle", str(SCENARIOS / "release-regression"), "-o", str(tmp_path)
+    )
+    assert res.exit_code == 2 and "unknown runbook 'no_such_runbook'" in res.output
+    res = invoke("triage", "--bundle", str(tmp_path / "nope"))
+    assert res.exit_code == 2 and "bundle folder not found" in res.output
+
+
+def test_batch_file_errors_name_the_file(tmp_path):
+    f = tmp_path / "b.yaml"
+    f.write_text("- bundle: [unclosed\n")
+    res = invoke("batch", str(f))
+    assert res.exit_code == 2 and f"{f}:" in res.output and "invalid YAML" in res.output
