@@ -35,7 +35,9 @@ def write_parameterized(runbook: str, folder: Path, parameters: dict[str, Any]) 
     from papermill.parameterize import parameterize_notebook
 
     folder.mkdir(parents=True, exist_ok=True)
-    nb = nbformat.read(str(path), as_version=4)
+    from papermill.iorw import load_notebook_node  # adds the metadata papermill's parameterizer needs
+
+    nb = load_notebook_node(str(path))
     if parameters:
         nb = parameterize_notebook(nb, parameters, kernel_name="python3")
     target = folder / path.name

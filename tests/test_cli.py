@@ -106,3 +106,23 @@ def test_batch_file_errors_name_the_file(tmp_path):
     f.write_text("- bundle: [unclosed\n")
     res = invoke("batch", str(f))
     assert res.exit_code == 2 and f"{f}:" in res.output and "invalid YAML" in res.output
+
+
+def test_open_writes_a_parameterized_copy(tmp_path):
+    res = invoke(
+        "open",
+        "inference_latency",
+        "--bundle",
+        str(SCENARIOS / "release-regression"),
+        "-o",
+        str(tmp_path / "inc"),
+        "-p",
+        "start=2026-11-18T13:50:00Z",
+        "--no-lab",
+    )
+    assert res.exit_code == 0, res.output
+    nb = json.loads((tmp_path / "inc" / "inference_latency.ipynb").read_text())
+    injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
+    assert len(injected) == 1
+    src = "".join(injected[0]["source"])
+    assert 'start = "2026-11-18T13:50:00Z"' in src and "release-regression" in src

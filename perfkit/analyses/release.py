@@ -42,6 +42,7 @@ class Shift:
     rel_change: float
     degrading: bool
     aligned_event: dict[str, Any] | None = None
+    nearby: list[dict[str, Any]] = field(default_factory=list)  # other events (notes, alerts) just before
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +53,7 @@ class Shift:
             "rel_change": round(self.rel_change, 4),
             "degrading": self.degrading,
             "aligned_event": self.aligned_event,
+            "nearby": self.nearby,
         }
 
 
@@ -81,7 +83,10 @@ class ReleaseCorrelation:
             )
         if self.unexplained:
             first = min(self.unexplained, key=lambda x: x.ts)
-            return f"no deploy explains this shift: {first.series} {first.rel_change:+.0%} at {iso(first.ts)}"
+            text = f"no deploy explains this shift: {first.series} {first.rel_change:+.0%} at {iso(first.ts)}"
+            if first.nearby:
+                text += "; just before it: " + "; ".join(f"{e['kind']} {e['detail']}" for e in first.nearby)
+            return text
         return "no significant shift in the watched series"
 
     def as_dict(self) -> dict[str, Any]:
@@ -177,6 +182,14 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
                     "detail": e["detail"],
                 }
             )
+    context = [e for e in evs if e["kind"] not in SUSPECT_KINDS and e["kind"] != "alert"]
+    for sh in shifts:
+        if sh.aligned_event is None:
+            sh.nearby = [
+                {"ts": iso(e["ts"]), "kind": e["kind"], "detail": e["detail"]}
+                for e in context
+                if 0 <= (sh.ts - e["ts"]).total_seconds() <= 2 * tolerance.total_seconds()
+            ]
     onset_from = baseline.end if baseline and baseline.end < window.start else window.start - tolerance
     unexplained = [sh for sh in shifts if sh.degrading and not sh.aligned_event and sh.ts >= onset_from]
     return ReleaseCorrelation(

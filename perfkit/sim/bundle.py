@@ -91,10 +91,24 @@ def _alerts(spec: ScenarioSpec, records: list[tuple]) -> list[dict]:
     return events
 
 
+def compress(spec: ScenarioSpec, duration_s: float) -> ScenarioSpec:
+    """The same story in ``duration_s``: windows, deploys, phases and notes scaled in time (for tests)."""
+    k = duration_s / spec.duration_s
+    return replace(
+        spec,
+        duration_s=duration_s,
+        baseline=(spec.baseline[0] * k, spec.baseline[1] * k),
+        window=(spec.window[0] * k, spec.window[1] * k),
+        releases=tuple(replace(r, at_s=r.at_s * k) for r in spec.releases),
+        phases=tuple(replace(p, start_s=p.start_s * k, end_s=p.end_s * k) for p in spec.phases),
+        notes=tuple((at * k, kind, detail) for at, kind, detail in spec.notes),
+    )
+
+
 def generate(spec: ScenarioSpec, out: Path, *, duration_s: float | None = None) -> dict[str, float]:
     """Simulate ``spec`` and write its bundle into ``out``. Returns timing and size facts."""
-    if duration_s is not None:
-        spec = replace(spec, duration_s=duration_s)
+    if duration_s is not None and duration_s != spec.duration_s:
+        spec = compress(spec, duration_s)
     t0 = time.perf_counter()
     rng = np.random.default_rng(spec.seed)
     recorder = Recorder(spec, rng)

@@ -116,7 +116,7 @@ class Engine:
                         break
                     left = int(reqs.prompt[r] - prefilled[r])
                     if left > 0:
-                        take = min(left, budget)
+                        take = min(left, budget, cfg.long_prefill_token_threshold or budget)
                         prefill_plan.append((r, take))
                         budget -= take
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
@@ -131,7 +131,11 @@ class Engine:
                 used_blocks += need
                 if np.isnan(scheduled[r]):
                     scheduled[r] = now
-                take = int(reqs.prompt[r]) if not cfg.chunked_prefill else min(int(reqs.prompt[r]), budget)
+                take = (
+                    int(reqs.prompt[r])
+                    if not cfg.chunked_prefill
+                    else min(int(reqs.prompt[r]), budget, cfg.long_prefill_token_threshold or budget)
+                )
                 prefill_plan.append((r, take))
                 budget -= take
             if not cfg.chunked_prefill and prefill_plan:

@@ -64,7 +64,8 @@ def p95_prefill_interference() -> ScenarioSpec:
                 "long prompts (>10k tokens) start arriving at 01:50 and ITL stalls >1 s follow them minute by minute",
                 "queue short, KV cache far from full, no deploy: the engine runs with enable_chunked_prefill=False",
             ],
-            "fix": "enable chunked prefill with a bounded prefill budget (--enable-chunked-prefill --max-num-batched-tokens 2048)",
+            "fix": "enable chunked prefill with a bounded prefill budget (--enable-chunked-prefill "
+            "--max-num-batched-tokens 2048 --long-prefill-token-threshold 512)",
         },
     )
 

@@ -487,7 +487,8 @@ ROWS: tuple[Row, ...] = (
         "prefill_decode_interference",
         "long-prompt arrivals against ITL/TPOT spikes; chunked prefill",
         "enable chunked prefill with a bounded prefill budget (--enable-chunked-prefill "
-        "--max-num-batched-tokens 2048); confirm in a replayed load test that P95 TTFT and ITL stalls drop",
+        "--max-num-batched-tokens 2048 --long-prefill-token-threshold 512, so one long prompt cannot take a "
+        "whole step); confirm in a replayed load test that P95 TTFT and ITL stalls drop",
         detect_tail,
         verify_tail,
     ),
