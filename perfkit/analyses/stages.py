@@ -63,7 +63,9 @@ class StageBreakdown:
 
     def summary(self) -> str:
         if not self.tail_owner:
-            return "per-stage histograms missing: cannot say which stage owns the tail"
+            if self.missing:
+                return "per-stage histograms missing: cannot say which stage owns the tail"
+            return "no stage's p95 grew noticeably against the baseline"
         d = self.p95
         b, i = d.get("baseline", {}).get(self.tail_owner), d.get("incident", {}).get(self.tail_owner)
         text = f"the {self.tail_owner} stage owns the tail: p95 {_s(b)} → {_s(i)}"

@@ -103,7 +103,7 @@ class LocalEngine:
         def one(ts: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             idx = np.searchsorted(ts, steps, side="right") - 1
             ok = idx >= 0
-            ok[ok] &= ts[idx[ok]] > steps[ok] - lookback
+            ok[ok] &= ts[idx[ok]] >= steps[ok] - lookback  # [t - 5m, t], as Prometheus 2.x
             out = np.full(steps.shape, np.nan)
             out[ok] = v[idx[ok]]
             return out, ok
@@ -254,18 +254,24 @@ def _aggregate(agg: Aggregate, frame: pl.DataFrame) -> pl.DataFrame:
 def _binary(op: str, lhs: pl.DataFrame, rhs: pl.DataFrame) -> pl.DataFrame:
     llabels = [c for c in lhs.columns if c not in ("ts", "value")]
     rlabels = [c for c in rhs.columns if c not in ("ts", "value")]
-    if sorted(llabels) != sorted(rlabels):
-        common = [c for c in llabels if c in rlabels]
-    else:
-        common = llabels
     if not lhs.height or not rhs.height:
-        return _empty(common)
-    joined = lhs.select(*common, "ts", "value").join(
-        rhs.select(*common, "ts", pl.col("value").alias("rhs")), on=[*common, "ts"], how="inner"
+        return _empty(llabels)
+    # One-to-one matching on the whole label set, a missing label being the empty one
+    # (Prometheus' default vector matching); the result keeps the left side's labels.
+    every = [*llabels, *(c for c in rlabels if c not in llabels)]
+
+    def keyed(frame: pl.DataFrame, have: list[str]) -> pl.DataFrame:
+        absent = [pl.lit("").alias(c) for c in every if c not in have]
+        return frame.with_columns(absent).with_columns(pl.col(every).fill_null(""))
+
+    joined = keyed(lhs, llabels).join(
+        keyed(rhs, rlabels).select(*every, "ts", pl.col("value").alias("rhs")),
+        on=[*every, "ts"],
+        how="inner",
     )
     lhs_v, rhs_v = pl.col("value"), pl.col("rhs")
     value = {"+": lhs_v + rhs_v, "-": lhs_v - rhs_v, "*": lhs_v * rhs_v, "/": lhs_v / rhs_v}[op]
-    return joined.select(*common, "ts", value.alias("value"))
+    return joined.select(*llabels, "ts", value.alias("value"))
 
 
 def bucket_quantile(q: float, upper: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -330,10 +336,15 @@ def histogram_quantile_frame(q: float, frame: pl.DataFrame) -> pl.DataFrame:
         upper = np.sort(group["_le"].unique().to_numpy())
         wide = group.pivot(on="_le", index="ts", values="value", sort_columns=False).sort("ts")
         cols = {float(c): c for c in wide.columns if c != "ts"}
-        matrix = np.column_stack(
-            [wide[cols[u]].to_numpy() if u in cols else np.zeros(wide.height) for u in upper]
-        )
-        values = bucket_quantile(q, upper, matrix)
+        matrix = np.column_stack([wide[cols[u]].to_numpy() for u in upper])
+        present = np.column_stack([wide[cols[u]].is_not_null().to_numpy() for u in upper])
+        # A bucket series absent at a step is left out at that step, as Prometheus does
+        # (not counted as 0): evaluate each pattern of present buckets on its own.
+        values = np.full(wide.height, np.nan)
+        patterns, which = np.unique(present, axis=0, return_inverse=True)
+        for i, pattern in enumerate(patterns):
+            rows = np.flatnonzero(which.ravel() == i)
+            values[rows] = bucket_quantile(q, upper[pattern], matrix[np.ix_(rows, pattern)])
         part = {lab: [k] * wide.height for lab, k in zip(labels, key, strict=True)}
         part["ts"] = wide["ts"].to_numpy()
         part["value"] = values

@@ -14,8 +14,11 @@ from perfkit.query.ops import Aggregate, Binary, Expr, HistogramQuantile, RangeF
 
 
 def duration(seconds: float) -> str:
-    """PromQL duration literal: 60 → '1m', 90 → '90s', 3600 → '1h'."""
-    s = round(seconds)
+    """PromQL duration literal: 60 → '1m', 90 → '90s', 3600 → '1h', 1.5 → '1500ms'."""
+    ms = round(seconds * 1000)
+    if ms % 1000:
+        return f"{ms}ms"  # the local engine keeps milliseconds; so must the query text
+    s = ms // 1000
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if s >= size and s % size == 0:
             return f"{s // size}{unit}"
@@ -43,7 +46,8 @@ def to_promql(expr: Expr) -> str:
         by = f" by ({', '.join(expr.by)})" if expr.by else ""
         return f"{expr.op}{by} ({to_promql(expr.expr)})"
     if isinstance(expr, HistogramQuantile):
-        return f"histogram_quantile({expr.q:g}, {to_promql(expr.expr)})"
+        q = repr(float(expr.q))  # shortest text that round-trips (':g' would cut to 6 digits)
+        return f"histogram_quantile({q.removesuffix('.0')}, {to_promql(expr.expr)})"
     if isinstance(expr, Binary):
         return f"({to_promql(expr.lhs)}) {expr.op} ({to_promql(expr.rhs)})"
     raise TypeError(f"not an expression: {expr!r}")

@@ -52,7 +52,9 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048  # per-step token budget with chunked prefill
     max_prefill_tokens: int = 32768  # per prefill step without chunked prefill (>= max_model_len)
     chunked_prefill: bool = True
-    long_prefill_token_threshold: int = 0  # with chunked prefill: most prompt tokens one request gets per step (0: no cap)
+    long_prefill_token_threshold: int = (
+        0  # with chunked prefill: most prompt tokens one request gets per step (0: no cap)
+    )
     kv_capacity_tokens: int = 400_000  # num_gpu_blocks * block_size
     block_size: int = 16
     overhead_s: float = 0.012

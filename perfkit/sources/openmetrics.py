@@ -115,7 +115,9 @@ def parse_text(
     chunks = max(1, min(2 * (os.cpu_count() or 1), samples.height // 50_000))
     size = -(-samples.height // chunks) if samples.height else 0
     lazy = [
-        samples.slice(i * size, size).lazy().select("lineno", pl.col("line").str.extract_groups(SAMPLE_RE).alias("g"))
+        samples.slice(i * size, size)
+        .lazy()
+        .select("lineno", pl.col("line").str.extract_groups(SAMPLE_RE).alias("g"))
         for i in range(chunks)
     ]
     parts = pl.concat(pl.collect_all(lazy)).unnest("g") if lazy else samples.select("lineno")
