@@ -10,7 +10,7 @@ import pytest
 from perfkit.errors import BundleError
 from perfkit.sources.openmetrics import parse_labels, parse_text, read_file
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+DATA = Path(__file__).resolve().parents[1] / "data"
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
 
@@ -95,7 +95,7 @@ def test_missing_eof_and_missing_timestamp(tmp_path):
 
 
 def test_real_vllm_exposition_without_timestamps():
-    path = SHARED / "fixtures/vllm/metrics_synthetic_v0.33.0.txt"
+    path = DATA / "vllm_metrics_synthetic_v0.33.0.txt"
     store = read_file(path, default_ts=T0)
     assert "vllm:kv_cache_usage_perc" in store
     assert not [n for n in store if n.endswith("_created")]
