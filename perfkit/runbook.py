@@ -28,7 +28,7 @@ from perfkit.frames import iso
 from perfkit.incident import Incident, default_baseline, with_overrides
 
 REPO = Path(__file__).resolve().parents[1]
-STATUS_ICON = {"ok": "✅", "warn": "⚠️", "critical": "🔴", "missing": "❔", "error": "❌"}
+STATUS_LABEL = {"ok": "OK", "warn": "WARN", "critical": "CRITICAL", "missing": "MISSING", "error": "ERROR"}
 
 
 @dataclass
@@ -69,12 +69,12 @@ class Section:
         from IPython.display import Markdown, display
 
         f = self.finding
-        icon = STATUS_ICON.get(f.status, "")
-        display(Markdown(f"**{icon} {f.title}** — {_md_escape(f.summary)}"))
+        label = STATUS_LABEL.get(f.status, f.status.upper())
+        display(Markdown(f"**[{label}] {f.title}** — {_md_escape(f.summary)}"))
         if f.missing:
             display(Markdown("Missing evidence: " + "; ".join(_md_escape(m) for m in f.missing)))
         if self.table is not None and self.table.height:
-            display(self.table.to_pandas())
+            display(self.table.to_pandas().style.hide(axis="index").format(precision=4))
         for fig in [self.figure, *self.extra_figures]:
             if fig is not None:
                 fig.show()
