@@ -131,6 +131,27 @@ def _scalar(frame: pl.DataFrame) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
+def no_series() -> pl.DataFrame:
+    """The empty range result (a signal the engine does not have)."""
+    return pl.DataFrame(schema={"ts": pl.Datetime("ms", "UTC"), "value": pl.Float64})
+
+
+def _instant(engine: Engine, expr: ops.Expr, window: Window, queries: list[str] | None) -> float | None:
+    """Evaluate ``expr`` at the window's end as one number, recording its PromQL."""
+    if queries is not None:
+        queries.append(to_promql(expr))
+    return _scalar(engine.instant(expr, window.end))
+
+
+def _range(
+    engine: Engine, expr: ops.Expr, window: Window, step_s: float, queries: list[str] | None
+) -> pl.DataFrame:
+    """Evaluate ``expr`` over the window at ``step_s``, recording its PromQL."""
+    if queries is not None:
+        queries.append(to_promql(expr))
+    return engine.range(expr, window.start, window.end, step_s)
+
+
 def window_quantiles(
     engine: Engine, signal: str, qs: tuple[float, ...], window: Window, queries: list[str] | None = None
 ) -> dict[float, float | None]:
@@ -159,9 +180,7 @@ def window_mean(
         ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_sum"), window.seconds)),
         ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_count"), window.seconds)),
     )
-    if queries is not None:
-        queries.append(to_promql(expr))
-    return _scalar(engine.instant(expr, window.end))
+    return _instant(engine, expr, window, queries)
 
 
 def window_count(
@@ -177,9 +196,7 @@ def window_count(
         else ops.Selector(f"{res.metric}_bucket").where(le=_le(le))
     )
     expr = ops.sum_by(ops.increase(sel, window.seconds))
-    if queries is not None:
-        queries.append(to_promql(expr))
-    return _scalar(engine.instant(expr, window.end))
+    return _instant(engine, expr, window, queries)
 
 
 def _le(bound: float) -> str:
@@ -195,9 +212,7 @@ def counter_rate(
         return None
     sel = ops.Selector(res.metric).where(**matchers) if matchers else ops.Selector(res.metric)
     expr = ops.sum_by(ops.rate(sel, window.seconds))
-    if queries is not None:
-        queries.append(to_promql(expr))
-    return _scalar(engine.instant(expr, window.end))
+    return _instant(engine, expr, window, queries)
 
 
 def histogram_rate(
@@ -208,9 +223,7 @@ def histogram_rate(
     if not res.found:
         return None
     expr = ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_count"), window.seconds))
-    if queries is not None:
-        queries.append(to_promql(expr))
-    return _scalar(engine.instant(expr, window.end))
+    return _instant(engine, expr, window, queries)
 
 
 def gauge_stat(
@@ -226,9 +239,7 @@ def gauge_stat(
     if not res.found:
         return None
     inner = ops.aggregate(combine, ops.over_time(stat, ops.Selector(res.metric), window.seconds))
-    if queries is not None:
-        queries.append(to_promql(inner))
-    return _scalar(engine.instant(inner, window.end))
+    return _instant(engine, inner, window, queries)
 
 
 def quantile_series(
@@ -243,13 +254,11 @@ def quantile_series(
     """histogram_quantile(q, sum by (le, *by) (rate(bucket[rw]))) at every step: frame (*by, ts, value)."""
     res = resolve(engine, signal)
     if not res.found:
-        return pl.DataFrame(schema={"ts": pl.Datetime("ms", "UTC"), "value": pl.Float64})
+        return no_series()
     expr = ops.histogram_quantile(
         q, ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_bucket"), rate_window(step_s)), "le", *by)
     )
-    if queries is not None:
-        queries.append(to_promql(expr))
-    return engine.range(expr, window.start, window.end, step_s)
+    return _range(engine, expr, window, step_s, queries)
 
 
 def rate_series(
@@ -267,7 +276,7 @@ def rate_series(
     """sum(rate(x[rw])) at every step. ``histogram_count``: of a histogram's _count (or its bucket ``le``)."""
     res = resolve(engine, signal)
     if not res.found:
-        return pl.DataFrame(schema={"ts": pl.Datetime("ms", "UTC"), "value": pl.Float64})
+        return no_series()
     if histogram_count:
         sel = (
             ops.Selector(f"{res.metric}_count")
@@ -279,9 +288,7 @@ def rate_series(
     if matchers:
         sel = sel.where(**matchers)
     expr = ops.sum_by(ops.rate(sel, rate_window(step_s)), *by)
-    if queries is not None:
-        queries.append(to_promql(expr))
-    return engine.range(expr, window.start, window.end, step_s)
+    return _range(engine, expr, window, step_s, queries)
 
 
 def mean_series(
@@ -290,15 +297,13 @@ def mean_series(
     """rate(_sum)/rate(_count) of a histogram signal at every step (mean latency per step)."""
     res = resolve(engine, signal)
     if not res.found:
-        return pl.DataFrame(schema={"ts": pl.Datetime("ms", "UTC"), "value": pl.Float64})
+        return no_series()
     rw = rate_window(step_s)
     expr = ops.ratio(
         ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_sum"), rw)),
         ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_count"), rw)),
     )
-    if queries is not None:
-        queries.append(to_promql(expr))
-    return engine.range(expr, window.start, window.end, step_s)
+    return _range(engine, expr, window, step_s, queries)
 
 
 def gauge_series(
@@ -313,8 +318,6 @@ def gauge_series(
     """``combine by (*by) (gauge)`` at every step."""
     res = resolve(engine, signal)
     if not res.found:
-        return pl.DataFrame(schema={"ts": pl.Datetime("ms", "UTC"), "value": pl.Float64})
+        return no_series()
     expr = ops.aggregate(combine, ops.Selector(res.metric), *by)
-    if queries is not None:
-        queries.append(to_promql(expr))
-    return engine.range(expr, window.start, window.end, step_s)
+    return _range(engine, expr, window, step_s, queries)
