@@ -78,11 +78,12 @@ def _run_one(item: BatchItem, out: Path) -> tuple[str, str | None, float]:
 
 def run_batch(items: list[BatchItem], out: Path, *, jobs: int = 1) -> list[str]:
     """Run every item; print a progress bar and a summary table. Returns the names that failed."""
-    from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
 
-    console = Console()
+    from perfkit.console import make_console
+
+    console = make_console()
     results: dict[str, tuple[str | None, float]] = {}
     with Progress(console=console) as progress:
         task = progress.add_task("incidents", total=len(items))

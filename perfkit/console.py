@@ -12,9 +12,13 @@ from perfkit.triage.table import TriageResult
 VERDICT_STYLE = {"confirmed": "bold red", "ruled_out": "dim", "inconclusive": "yellow"}
 
 
+def make_console() -> Console:
+    """A console; when not a terminal (a pipe, a CI log) wide enough that IDs and paths are never folded."""
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def triage_table(result: TriageResult, console: Console | None = None) -> None:
-    # Not a terminal (a pipe, a CI log): wide enough that direction IDs are never folded.
-    console = console or Console(width=None if sys.stdout.isatty() else 200)
+    console = console or make_console()
     table = Table(title=f"Triage — {result.incident}  ({result.window['start']} → {result.window['end']})")
     for col in ("rank", "direction", "symptom", "fired", "verdict", "score", "why"):
         table.add_column(col, overflow="fold")

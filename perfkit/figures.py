@@ -144,7 +144,7 @@ def timeseries(
     mark_windows(fig, window, baseline)
     mark_events(fig, events)
     mark_slo(fig, slo)
-    if log_y:
+    if log_y and fig.data:
         fig.update_yaxes(type="log")
     return _layout(fig, title, ytitle)
 

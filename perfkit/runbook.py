@@ -297,7 +297,7 @@ def changes(ctx: Context) -> Section:
         slo=inc.slo.get("ttft_p95_s"),
         log_y=True,
     )
-    status = "critical" if rel.suspect or rel.unexplained else "ok"
+    status = "critical" if rel.suspect or rel.unexplained else ("missing" if not rel.series else "ok")
     f = Finding(
         "changes",
         "What changed",
@@ -330,7 +330,7 @@ def baseline(ctx: Context) -> Section:
             f"({head.ratio:.2f}x)"
         )
     else:
-        summary = "no latency quantiles to compare"
+        summary = "no latency quantiles to compare: " + "; ".join(res.missing or ["no latency histograms"])
     if breaches:
         summary += f"; SLO breached: {', '.join(breaches)}"
     lat = [r for r in res.rows if r.unit == "s" and r.metric.split()[0] in ("TTFT", "TPOT", "ITL")]
@@ -340,12 +340,13 @@ def baseline(ctx: Context) -> Section:
         title="Latency quantiles: baseline vs incident",
         ytitle="seconds",
     )
-    fig.update_yaxes(type="log")
+    if any((r.incident or 0) > 0 or (r.baseline or 0) > 0 for r in lat):
+        fig.update_yaxes(type="log")
     f = Finding(
         "baseline",
         "Baseline vs now",
         summary,
-        status="critical" if breaches else "ok",
+        status="critical" if breaches else ("ok" if head else "missing"),
         data=res.as_dict(),
         table=table_from_frame(table),
         figure=_fig_json(fig),
@@ -425,8 +426,13 @@ def triage(ctx: Context) -> Section:
         summary = f"rank 1: {top.row.direction} ({top.verification.verdict}) — {top.verification.why}"
         status = "warn"
     else:
+        unchecked = [r for r in res.results if r.detection.missing]
         summary = "no row of the triage table fired"
-        status = "ok"
+        if unchecked:
+            summary += (
+                f"; {len(unchecked)} of {len(res.results)} rows could not be checked (evidence missing)"
+            )
+        status = "missing" if 2 * len(unchecked) > len(res.results) else "ok"
     fig = None
     it = ev.interference
     if (

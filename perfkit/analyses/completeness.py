@@ -171,7 +171,9 @@ def completeness(
     skew, note = None, "no vLLM stats log lines: clock skew between logs and metrics not checked"
     if stats is not None and stats.height:
         running = resolve(engine, "running")
-        if running.metric:
+        if not running.metric:
+            note = "no vllm:num_requests_running series: clock skew between logs and metrics not checked"
+        else:
             pad = timedelta(minutes=10)
             skew, note = clock_skew(
                 stats.filter((pl.col("ts") >= window.start - pad) & (pl.col("ts") <= window.end + pad)),

@@ -87,6 +87,8 @@ class ReleaseCorrelation:
             if first.nearby:
                 text += "; just before it: " + "; ".join(f"{e['kind']} {e['detail']}" for e in first.nearby)
             return text
+        if not self.series:
+            return "no latency or throughput series to look for shifts in"
         return "no significant shift in the watched series"
 
     def as_dict(self) -> dict[str, Any]:

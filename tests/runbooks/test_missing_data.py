@@ -43,3 +43,16 @@ def test_malformed_bundle_still_completes_and_says_why(scenario_copy, tmp_path):
     assert f["triage"].status == "missing"
     assert "vllm.om:2: malformed sample line" in f["triage"].summary
     assert "vllm.om:2" in (tmp_path / "out" / "postmortem.md").read_text()
+
+
+def test_bundle_without_metrics_folder(scenario_copy, tmp_path):
+    bundle = scenario_copy("release-regression")
+    shutil.rmtree(bundle / "metrics")
+    result = execute("inference_latency", tmp_path / "out", {"bundle": str(bundle)})
+    assert result.error is None
+    f = findings_from_notebook(json.loads(result.notebook.read_text()))
+    assert all(x.status != "error" for x in f.values()), {k: x.summary for k, x in f.items()}
+    assert f["completeness"].status == "critical"
+    assert {f[k].status for k in ("changes", "baseline", "triage", "cost")} == {"missing"}
+    assert all(d["verdict"] != "confirmed" for d in f["triage"].data["directions"])
+    assert "no metrics/ folder" in (tmp_path / "out" / "postmortem.md").read_text()
