@@ -30,6 +30,51 @@ def cli() -> None:
     """perfkit: performance-incident runbooks and postmortems for LLM serving and training."""
 
 
+def live_options(fn):
+    """Options naming live sources (shared by run, triage and capture)."""
+    opts = [
+        click.option("--prometheus", "prometheus_url", default="", help="Prometheus-compatible API base URL"),
+        click.option("--token-env", default="", help="name of the env var holding the bearer token"),
+        click.option("--token-file", default="", help="file holding the bearer token"),
+        click.option("--ca-file", default="", help="CA bundle for https sources"),
+        click.option("--alertmanager", "alertmanager_url", default="", help="Alertmanager base URL"),
+        click.option("--logs", "logs", multiple=True, help="log file or glob (repeatable)"),
+        click.option("--deploys", default="", help="deploy history: events.csv, JSON or YAML"),
+        click.option("--start", default="", help="incident window start (UTC ISO 8601)"),
+        click.option("--end", default="", help="incident window end"),
+        click.option("--since", default="", help="instead of --start/--end: the last 2h, 90m, 1d"),
+        click.option("--baseline-start", default=""),
+        click.option("--baseline-end", default=""),
+        click.option("--service", default=""),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _live(kw: dict[str, Any]):
+    from perfkit.sources.live import LiveConfig, live_incident, open_live
+
+    incident = live_incident(
+        start=kw["start"],
+        end=kw["end"],
+        since=kw["since"],
+        baseline_start=kw["baseline_start"],
+        baseline_end=kw["baseline_end"],
+        service=kw["service"],
+    )
+    cfg = LiveConfig(
+        kw["prometheus_url"],
+        token_env=kw["token_env"],
+        token_file=kw["token_file"],
+        ca_file=kw["ca_file"],
+        alertmanager_url=kw["alertmanager_url"],
+        logs=list(kw["logs"]),
+        deploys=kw["deploys"],
+    )
+    return incident, open_live(cfg, incident)
+
+
 def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
     from perfkit.run import parse_parameter
 
@@ -50,8 +95,9 @@ def _print_outputs(result) -> None:
 @click.option(
     "-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="runbook parameter (repeatable)"
 )
-def run(runbook: str, bundle: str | None, out: str, params: tuple[str, ...]) -> None:
-    """Execute RUNBOOK with papermill and write the postmortem into OUT."""
+@live_options
+def run(runbook: str, bundle: str | None, out: str, params: tuple[str, ...], **live: Any) -> None:
+    """Execute RUNBOOK with papermill and write the postmortem into OUT (from a bundle or live sources)."""
     from perfkit.run import execute
 
     parameters = _params(params)
@@ -59,6 +105,27 @@ def run(runbook: str, bundle: str | None, out: str, params: tuple[str, ...]) -> 
         if not Path(bundle).is_dir():
             raise click.BadParameter(f"{bundle}: not a folder", param_hint="--bundle")
         parameters["bundle"] = str(Path(bundle).resolve())
+    mapping = {
+        "prometheus_url": "prometheus_url",
+        "token_env": "prometheus_token_env",
+        "token_file": "prometheus_token_file",
+        "ca_file": "tls_ca_file",
+        "alertmanager_url": "alertmanager_url",
+        "deploys": "deploys",
+        "start": "start",
+        "end": "end",
+        "since": "since",
+        "baseline_start": "baseline_start",
+        "baseline_end": "baseline_end",
+        "service": "service",
+    }
+    for opt, name in mapping.items():
+        if live.get(opt):
+            parameters[name] = live[opt]
+    if live.get("logs"):
+        parameters["logs"] = ",".join(live["logs"])
+    if live.get("prometheus_url") and not bundle:
+        parameters["bundle"] = ""
     result = execute(runbook, Path(out), parameters)
     _print_outputs(result)
     t = result.timings
@@ -127,18 +194,33 @@ def open_(
 
 
 @cli.command()
-@click.option("--bundle", required=True, type=click.Path(file_okay=False))
+@click.option("--bundle", type=click.Path(file_okay=False), help="incident bundle folder")
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
-def triage(bundle: str, fmt: str) -> None:
-    """Run the triage table on an incident bundle and print DESIGN.md §5's JSON or a table."""
-    from perfkit.query.local import LocalEngine
-    from perfkit.sources.bundle import load_bundle
+@live_options
+def triage(bundle: str | None, fmt: str, **live: Any) -> None:
+    """Run the triage table on a bundle or live sources; print DESIGN.md §5's JSON or a table."""
     from perfkit.triage.evidence import gather
     from perfkit.triage.table import run as run_triage
 
-    b = load_bundle(bundle)
-    result = run_triage(gather(LocalEngine(b.store), b.incident, events=b.events, logs=b.logs))
-    for m in b.missing:
+    if bundle:
+        from perfkit.query.local import LocalEngine
+        from perfkit.sources.bundle import load_bundle
+
+        b = load_bundle(bundle)
+        engine, incident, events, logs, missing = (
+            LocalEngine(b.store),
+            b.incident,
+            b.events,
+            b.logs,
+            b.missing,
+        )
+    elif live.get("prometheus_url"):
+        incident, ev = _live(live)
+        engine, events, logs, missing = ev.engine, ev.events, ev.logs, ev.missing
+    else:
+        raise click.UsageError("give --bundle DIR or --prometheus URL with --start/--end (or --since)")
+    result = run_triage(gather(engine, incident, events=events, logs=logs))
+    for m in missing:
         if m not in result.missing:
             result.missing.append(m)
     if fmt == "json":
@@ -147,6 +229,45 @@ def triage(bundle: str, fmt: str) -> None:
     from perfkit.console import triage_table
 
     triage_table(result)
+
+
+@cli.command()
+@click.option(
+    "-o", "--out", "out", required=True, type=click.Path(file_okay=False), help="bundle folder to write"
+)
+@click.option(
+    "--match", default=None, help="regex of metric names to keep (default: vLLM, DCGM, node, train_)"
+)
+@live_options
+def capture(out: str, match: str | None, **live: Any) -> None:
+    """Freeze a window's evidence (and its baseline) from live sources into an incident bundle."""
+    from perfkit.capture import DEFAULT_MATCH
+    from perfkit.capture import capture as run_capture
+
+    if not live.get("prometheus_url"):
+        raise click.UsageError("capture needs --prometheus URL and --start/--end (or --since)")
+    incident, ev = _live(live)
+    from rich.progress import Progress
+
+    from perfkit.console import make_console
+
+    with Progress(console=make_console(), transient=True) as progress:
+        task = progress.add_task("capturing", total=None)
+        facts = run_capture(
+            ev.engine,
+            incident,
+            Path(out),
+            match=match or DEFAULT_MATCH,
+            logs=ev.log_files,
+            events=ev.events,
+            progress=lambda text: progress.update(task, description=text),
+        )
+    click.echo(
+        f"bundle: {out} ({facts['metrics']} metrics, {facts['samples']:,} samples, {facts['logs']} log files, "
+        f"{facts['events']} events)"
+    )
+    for m in ev.missing:
+        click.echo(f"  missing: {m}")
 
 
 @cli.command()
@@ -170,6 +291,76 @@ def generate(names: tuple[str, ...], all_: bool, out: str) -> None:
             f"{name}: {facts['requests']} requests, {facts['lines']} metric lines, "
             f"simulated in {facts['simulate_s']:.1f} s → {Path(out) / name}"
         )
+
+
+@cli.group()
+def lab() -> None:
+    """Local Prometheus/VictoriaMetrics loaded with a bundle, to run runbooks against a live API."""
+
+
+def _lab_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("PERFKIT_LAB_DIR") or Path.home() / ".cache" / "perfkit" / "lab")
+
+
+@lab.command("up")
+@click.argument("bundle", type=click.Path(file_okay=False, exists=True))
+@click.option(
+    "--engine", type=click.Choice(["prometheus", "victoriametrics"]), default="prometheus", show_default=True
+)
+@click.option("--port", default=0, help="port on 127.0.0.1 (default: a free one)")
+def lab_up(bundle: str, engine: str, port: int) -> None:
+    """Start ENGINE on 127.0.0.1 with BUNDLE loaded; print the URL to paste into a runbook."""
+    from perfkit.incident import read_incident
+    from perfkit.lab.servers import start
+
+    root = Path(bundle).resolve()
+    incident = read_incident(root / "incident.yaml")
+    name = f"{engine}-{root.name}"
+    workdir = _lab_dir() / name
+    if (workdir / "state.json").exists():
+        raise click.ClickException(f"{name} is already up (perfkit lab down {name})")
+    import shutil
+
+    shutil.rmtree(workdir, ignore_errors=True)
+    server = start(engine, root, workdir, port=port, detach=True)
+    (workdir / "state.json").write_text(json.dumps(server.as_dict(), indent=1))
+    click.echo(f"{engine} is up: {server.url}  (pid {server.pid}, data {workdir})")
+    click.echo("paste into the runbook's parameters:")
+    click.echo(
+        f'  bundle = ""\n  prometheus_url = "{server.url}"\n  start = "{incident.window.as_dict()["start"]}"\n'
+        f'  end = "{incident.window.as_dict()["end"]}"'
+    )
+    if incident.baseline:
+        click.echo(
+            f'  baseline_start = "{incident.baseline.as_dict()["start"]}"\n'
+            f'  baseline_end = "{incident.baseline.as_dict()["end"]}"'
+        )
+    click.echo(f"stop it with: perfkit lab down {name}")
+
+
+@lab.command("down")
+@click.argument("names", nargs=-1)
+def lab_down(names: tuple[str, ...]) -> None:
+    """Stop lab servers by the PID recorded when they started (all of them without NAMES)."""
+    from perfkit.lab.servers import LabServer
+
+    root = _lab_dir()
+    states = sorted(root.glob("*/state.json")) if root.exists() else []
+    if names:
+        states = [s for s in states if s.parent.name in names]
+        unknown = set(names) - {s.parent.name for s in states}
+        if unknown:
+            raise click.ClickException(f"no lab server named {', '.join(sorted(unknown))}")
+    if not states:
+        click.echo("no lab server is up")
+        return
+    for state in states:
+        server = LabServer(**json.loads(state.read_text()))
+        server.stop()
+        state.unlink()
+        click.echo(f"stopped {state.parent.name} (pid {server.pid})")
 
 
 def main() -> None:

@@ -100,20 +100,38 @@ def open_incident(
     bundle: str = "",
     *,
     prometheus_url: str = "",
+    prometheus_token_env: str = "",
+    prometheus_token_file: str = "",
+    tls_ca_file: str = "",
+    alertmanager_url: str = "",
+    logs: str = "",
+    deploys: str = "",
     start: str = "",
     end: str = "",
+    since: str = "",
     baseline_start: str = "",
     baseline_end: str = "",
     service: str = "",
     slo: dict[str, float] | None = None,
+    gpu_count: int = 0,
+    usd_per_gpu_hour: float = 0.0,
     **extra: Any,
 ) -> Context:
-    """Load the evidence for the runbook. Never raises: a failure is kept in ``ctx.error``."""
+    """Load the evidence for the runbook from a bundle or from live sources.
+
+    Never raises: a failure (unreadable bundle, metrics server down) is kept in ``ctx.error`` and
+    every section then says it could not run, and why.
+    """
     params = {
         "bundle": bundle,
         "prometheus_url": prometheus_url,
+        "prometheus_token_env": prometheus_token_env,
+        "alertmanager_url": alertmanager_url,
+        "logs": logs,
+        "deploys": deploys,
         "start": start,
         "end": end,
+        "since": since,
         "baseline_start": baseline_start,
         "baseline_end": baseline_end,
         "service": service,
@@ -121,39 +139,79 @@ def open_incident(
     }
     ctx = Context(params)
     try:
-        if not bundle:
-            if prometheus_url:
-                raise ConfigError(
-                    "live Prometheus sources are not available yet: capture a bundle, or pass bundle="
-                )
-            raise ConfigError("no evidence source: set `bundle` (an incident bundle folder)")
-        from perfkit.query.local import LocalEngine
-        from perfkit.sources.bundle import load_bundle
+        if bundle:
+            _open_bundle(ctx, bundle, start, end, baseline_start, baseline_end, service, slo)
+        elif prometheus_url:
+            from perfkit.sources.live import LiveConfig, live_incident, open_live
 
-        root = resolve_bundle(bundle)
-        from perfkit.incident import read_incident
-
-        incident = with_overrides(
-            read_incident(root / "incident.yaml"),
-            start=start or None,
-            end=end or None,
-            baseline_start=baseline_start or None,
-            baseline_end=baseline_end or None,
-        )
-        if incident.baseline is None:
-            incident.baseline = default_baseline(incident.window)
-        if service:
-            incident.service = service
-        for key, value in (slo or {}).items():
-            if value:
-                incident.slo[key] = float(value)
-        b = load_bundle(root, incident=incident)
-        ctx.bundle, ctx.incident, ctx.engine = b, incident, LocalEngine(b.store)
-        ctx.events, ctx.logs, ctx.stats = b.events, b.logs, b.stats
-        ctx.add_missing(b.missing)
+            incident = live_incident(
+                start=start,
+                end=end,
+                since=since,
+                baseline_start=baseline_start,
+                baseline_end=baseline_end,
+                service=service,
+                slo=slo,
+                gpu_count=gpu_count,
+                usd_per_gpu_hour=usd_per_gpu_hour,
+            )
+            cfg = LiveConfig(
+                prometheus_url,
+                token_env=prometheus_token_env,
+                token_file=prometheus_token_file,
+                ca_file=tls_ca_file,
+                alertmanager_url=alertmanager_url,
+                logs=[p for p in logs.split(",") if p.strip()] if logs else [],
+                deploys=deploys,
+            )
+            live = open_live(cfg, incident)
+            ctx.incident, ctx.engine = incident, live.engine
+            ctx.events, ctx.logs, ctx.stats = live.events, live.logs, live.stats
+            ctx.add_missing(live.missing)
+        else:
+            raise ConfigError(
+                "no evidence source: set `bundle` (an incident bundle folder) or `prometheus_url`"
+            )
     except PerfkitError as exc:
-        ctx.error = str(exc)
+        from perfkit.secrets import redact_text
+
+        ctx.error = redact_text(str(exc))
     return ctx
+
+
+def _open_bundle(
+    ctx: Context,
+    bundle: str,
+    start: str,
+    end: str,
+    baseline_start: str,
+    baseline_end: str,
+    service: str,
+    slo: dict[str, float] | None,
+) -> None:
+    from perfkit.incident import read_incident
+    from perfkit.query.local import LocalEngine
+    from perfkit.sources.bundle import load_bundle
+
+    root = resolve_bundle(bundle)
+    incident = with_overrides(
+        read_incident(root / "incident.yaml"),
+        start=start or None,
+        end=end or None,
+        baseline_start=baseline_start or None,
+        baseline_end=baseline_end or None,
+    )
+    if incident.baseline is None:
+        incident.baseline = default_baseline(incident.window)
+    if service:
+        incident.service = service
+    for key, value in (slo or {}).items():
+        if value:
+            incident.slo[key] = float(value)
+    b = load_bundle(root, incident=incident)
+    ctx.bundle, ctx.incident, ctx.engine = b, incident, LocalEngine(b.store)
+    ctx.events, ctx.logs, ctx.stats = b.events, b.logs, b.stats
+    ctx.add_missing(b.missing)
 
 
 def section(key: str, title: str) -> Callable[[Callable[[Context], Section]], Callable[[Context], Section]]:
@@ -520,20 +578,45 @@ def gpu(ctx: Context) -> Section:
             baseline=inc.baseline,
             events=_events(ctx),
         )
-    missing = list(res.missing) + ["gpu: live NVML snapshot not taken (bundle replay)"]
+    nvml = ctx.need("nvml", lambda: _nvml_snapshot(ctx))
+    missing = list(res.missing)
+    summary = res.summary()
+    data = res.as_dict()
+    table = res.table
+    if nvml is not None and nvml.available:
+        data["nvml"] = nvml.to_dict()
+        summary += f"; NVML now: {nvml.summary()}"
+        table = nvml.table()
+    elif nvml is not None:
+        missing.append(f"gpu: {nvml.reason}")
+    status = "ok" if res.gpus or (nvml is not None and nvml.available) else "missing"
     f = Finding(
         "gpu",
         "GPU state",
-        res.summary(),
-        status="ok" if res.gpus else "missing",
-        data=res.as_dict(),
-        table=table_from_frame(res.table) if res.table.height else None,
+        summary,
+        status=status,
+        data=data,
+        table=table_from_frame(table) if table.height else None,
         figure=_fig_json(fig),
         figure_caption="DCGM exporter gauges averaged over GPUs" if fig else None,
         missing=missing,
         queries=res.queries,
     )
-    return Section(f, res.table, fig)
+    return Section(f, table, fig)
+
+
+def _nvml_snapshot(ctx: Context):
+    """Live: a snapshot of this host's GPUs now. Bundle: the newest gpu/*.json snapshot it froze, if any."""
+    from perfkit.sources import nvml
+
+    if ctx.bundle is None:
+        return nvml.snapshot()
+    snaps = sorted((ctx.bundle.path / "gpu").glob("*.json")) if (ctx.bundle.path / "gpu").is_dir() else []
+    if not snaps:
+        return nvml.GpuSnapshot(
+            available=False, reason="no NVML snapshot in the bundle's gpu/ folder", gpus=[]
+        )
+    return nvml.read_snapshot(snaps[-1])
 
 
 @section("cost", "Cost")

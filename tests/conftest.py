@@ -23,3 +23,21 @@ def scenario_copy(tmp_path):
         return dst
 
     return make
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """In CI (PERFKIT_REQUIRE_INTEGRATION=1) a skipped integration test fails the run."""
+    import os
+
+    if os.environ.get("PERFKIT_REQUIRE_INTEGRATION") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = [
+        r
+        for r in (reporter.stats.get("skipped", []) if reporter else [])
+        if "integration" in getattr(r, "keywords", {})
+    ]
+    if skipped:
+        for r in skipped:
+            reporter.write_line(f"integration test skipped in CI: {r.nodeid}: {r.longrepr}", red=True)
+        session.exitstatus = 1

@@ -36,18 +36,32 @@ def selector(sel: Selector) -> str:
     return f"{sel.metric}{{{inner}}}"
 
 
-def to_promql(expr: Expr) -> str:
+#: Functions renamed per engine so the server computes Prometheus' semantics. VictoriaMetrics'
+#: ``increase`` also counts the step from the sample just before the window (one scrape more than
+#: Prometheus); its ``increase_prometheus`` does not, which keeps window quantiles equal.
+DIALECTS: dict[str, dict[str, str]] = {
+    "prometheus": {},
+    "victoriametrics": {"increase": "increase_prometheus"},
+}
+
+
+def to_promql(expr: Expr, dialect: str = "prometheus") -> str:
+    """PromQL text for ``expr``; ``dialect`` picks function names for engines that extend PromQL."""
     validate(expr)
+    return _text(expr, DIALECTS[dialect])
+
+
+def _text(expr: Expr, names: dict[str, str]) -> str:
     if isinstance(expr, Selector):
         return selector(expr)
     if isinstance(expr, RangeFunction):
-        return f"{expr.fn}({selector(expr.selector)}[{duration(expr.window_s)}])"
+        return f"{names.get(expr.fn, expr.fn)}({selector(expr.selector)}[{duration(expr.window_s)}])"
     if isinstance(expr, Aggregate):
         by = f" by ({', '.join(expr.by)})" if expr.by else ""
-        return f"{expr.op}{by} ({to_promql(expr.expr)})"
+        return f"{expr.op}{by} ({_text(expr.expr, names)})"
     if isinstance(expr, HistogramQuantile):
         q = repr(float(expr.q))  # shortest text that round-trips (':g' would cut to 6 digits)
-        return f"histogram_quantile({q.removesuffix('.0')}, {to_promql(expr.expr)})"
+        return f"histogram_quantile({q.removesuffix('.0')}, {_text(expr.expr, names)})"
     if isinstance(expr, Binary):
-        return f"({to_promql(expr.lhs)}) {expr.op} ({to_promql(expr.rhs)})"
+        return f"({_text(expr.lhs, names)}) {expr.op} ({_text(expr.rhs, names)})"
     raise TypeError(f"not an expression: {expr!r}")

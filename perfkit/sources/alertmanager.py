@@ -1,0 +1,257 @@
+"""Alertmanager API v2 source: the alerts it holds now, as rows on the incident timeline.
+
+:class:`AlertmanagerClient` reads ``GET /api/v2/alerts`` and turns each alert into
+:data:`~perfkit.frames.EVENTS_SCHEMA` rows of kind ``alert``:
+
+* one row at ``startsAt``: ``"<alertname> firing: <summary>"`` (the ``summary`` annotation, else
+  ``description``, else just ``"<alertname> firing"``); ``service`` is the ``service`` label,
+  else ``job``;
+* one row at ``endsAt``, ``"<alertname> resolved"``, when the alert is resolved in the answer:
+  ``endsAt`` before the time of the request (or a ``status.state`` of ``resolved``).
+
+What Alertmanager returns (checked against Alertmanager 0.25 in
+``tests/sources/test_alertmanager.py``): ``/api/v2/alerts`` lists **only alerts that have not
+ended**. An alert posted with ``endsAt`` in the past is accepted (HTTP 200) and then never listed,
+not even with ``active=false`` (nor by ``/api/v2/alerts/groups``); an alert whose ``endsAt`` passes
+drops out of the list at that moment. ``endsAt`` of a listed alert is in the future: the time
+Alertmanager will consider it resolved if it is not sent again (``resolve_timeout``, or what the
+sender set), not a resolution. So with a real Alertmanager the timeline gets the firing rows of
+alerts active at query time; the history of resolved alerts lives in Prometheus' ``ALERTS``
+series. The resolved rows are for answers that do carry ended alerts (recorded answers, proxies).
+
+Label values and annotations are untrusted text: they are kept verbatim (the report escapes them).
+HTTP behaves as in :mod:`perfkit.sources.prometheus`: the session is injected, 5xx answers,
+timeouts and refused connections are retried with exponential backoff, and every failure is a
+:class:`~perfkit.errors.SourceError` naming the URL and status, never a credential.
+
+>>> client = AlertmanagerClient("http://127.0.0.1:9093")  # doctest: +SKIP
+>>> client.timeline_events(Window("2026-11-30T01:00:00Z", "2026-11-30T03:00:00Z"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import polars as pl
+import requests
+
+from perfkit.errors import SourceError
+from perfkit.frames import EVENTS_SCHEMA, Window, utc
+from perfkit.secrets import REDACTED, redact_text
+from perfkit.sources.prometheus import Auth
+
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+_FRACTION = re.compile(r"(\.\d{6})\d+")  # Go writes up to 9 fractional digits; datetime takes 6
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class AlertmanagerClient:
+    """Reads alerts from an Alertmanager (API v2). ``url`` is the base URL, with any route prefix."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        session: requests.Session | None = None,
+        auth: Auth | None = None,
+        verify: bool = True,
+        ca_file: str | None = None,
+        timeout_s: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.session = session or requests.Session()
+        (auth or Auth()).apply(self.session)
+        self.session.verify = ca_file or verify
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.sleep = sleep
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"AlertmanagerClient({safe_url(self.url)!r})"
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def get(self, path: str, params: Sequence[tuple[str, str]] = ()) -> Any:
+        """GET ``path`` and return the decoded JSON; retries 429/5xx/timeouts; raises SourceError."""
+        url = f"{self.url}{path}"
+        shown = safe_url(url)
+        attempts = self.retries + 1
+        last, status = "", None
+        for attempt in range(attempts):
+            try:
+                resp = self.session.get(url, params=list(params), timeout=self.timeout_s)
+            except requests.Timeout:
+                last, status = f"timed out after {self.timeout_s:g} s", None
+            except requests.ConnectionError as exc:
+                last, status = f"cannot connect ({type(exc).__name__})", None
+            except requests.RequestException as exc:
+                raise SourceError(f"{shown}: request failed ({type(exc).__name__})", url=shown) from None
+            else:
+                status = resp.status_code
+                if status in RETRY_STATUSES:
+                    last = f"HTTP {status}"
+                elif status in (401, 403):
+                    raise SourceError(
+                        f"{shown}: HTTP {status}: not authorised (check the token reference)",
+                        url=shown,
+                        status=status,
+                    )
+                elif status >= 400:
+                    raise SourceError(
+                        f"{shown}: HTTP {status}: {self._snippet(resp.text)!r}", url=shown, status=status
+                    )
+                else:
+                    try:
+                        return resp.json()
+                    except ValueError:
+                        raise SourceError(
+                            f"{shown}: HTTP {status}: answer is not JSON ({self._snippet(resp.text)!r})",
+                            url=shown,
+                            status=status,
+                        ) from None
+            if attempt < self.retries:
+                self.sleep(self.backoff_s * (2**attempt))
+        raise SourceError(f"{shown}: {last} after {attempts} attempts", url=shown, status=status)
+
+    def _snippet(self, text: str) -> str:
+        """The start of an answer body, safe to show: credential-like text and our own secrets removed."""
+        return scrub_session(redact_text(text[:120].replace("\n", " ")), self.session)
+
+    # -- API -------------------------------------------------------------------------------------
+
+    def alerts(
+        self,
+        *,
+        active: bool = True,
+        silenced: bool = True,
+        inhibited: bool = True,
+        unprocessed: bool = True,
+        filters: Sequence[str] = (),
+    ) -> list[dict[str, Any]]:
+        """The alerts Alertmanager holds now (``GET /api/v2/alerts``), as its JSON objects.
+
+        ``filters`` are label matchers (``'service="vllm-chat"'``). Resolved alerts are never
+        listed (see the module docstring).
+        """
+        params = [
+            ("active", _flag(active)),
+            ("silenced", _flag(silenced)),
+            ("inhibited", _flag(inhibited)),
+            ("unprocessed", _flag(unprocessed)),
+            *(("filter", f) for f in filters),
+        ]
+        body = self.get("/api/v2/alerts", params)
+        if not isinstance(body, list) or not all(isinstance(a, dict) for a in body):
+            shown = safe_url(f"{self.url}/api/v2/alerts")
+            raise SourceError(f"{shown}: unexpected answer (want a JSON list of alerts)", url=shown)
+        return body
+
+    def timeline_events(self, window: Window, service: str | None = None) -> pl.DataFrame:
+        """Alert rows (EVENTS_SCHEMA, kind ``alert``) for the alerts that fired during ``window``.
+
+        An alert that started before the window and was still firing in it keeps its real start.
+        ``service`` keeps only alerts whose ``service`` (else ``job``) label equals it.
+        """
+        return alerts_to_events(self.alerts(), window, service=service, now=self.clock())
+
+
+def alerts_to_events(
+    alerts: Sequence[dict[str, Any]],
+    window: Window,
+    *,
+    service: str | None = None,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Turn Alertmanager v2 alert objects into EVENTS_SCHEMA rows (see :class:`AlertmanagerClient`).
+
+    ``now`` is when the alerts were read: an alert whose ``endsAt`` is before it has resolved.
+    Alerts without a parseable ``startsAt`` are skipped.
+    """
+    now = utc(now) if now is not None else _now()
+    rows: list[dict[str, Any]] = []
+    for alert in alerts:
+        labels = _text_map(alert.get("labels"))
+        annotations = _text_map(alert.get("annotations"))
+        name = labels.get("alertname") or "(unnamed alert)"
+        svc = labels.get("service") or labels.get("job") or None
+        if service is not None and svc != service:
+            continue
+        start = parse_time(alert.get("startsAt"))
+        if start is None:
+            continue
+        end = parse_time(alert.get("endsAt"))
+        state = (alert.get("status") or {}).get("state") if isinstance(alert.get("status"), dict) else None
+        resolved = state == "resolved" or (end is not None and end < now)
+        summary = annotations.get("summary") or annotations.get("description")
+        if start <= window.end and not (resolved and end is not None and end < window.start):
+            detail = f"{name} firing: {summary}" if summary else f"{name} firing"
+            rows.append({"ts": start, "kind": "alert", "service": svc, "version": None, "detail": detail})
+        if resolved and end is not None and window.contains(end):
+            rows.append(
+                {"ts": end, "kind": "alert", "service": svc, "version": None, "detail": f"{name} resolved"}
+            )
+    frame = pl.DataFrame(rows, schema=EVENTS_SCHEMA) if rows else pl.DataFrame(schema=EVENTS_SCHEMA)
+    return frame.sort(["ts", "detail"], maintain_order=True)
+
+
+def parse_time(value: object) -> datetime | None:
+    """A UTC datetime from an Alertmanager RFC 3339 time; None for missing, unparseable or Go's zero time.
+
+    >>> parse_time("2026-11-30T01:47:25.877954772Z").isoformat()
+    '2026-11-30T01:47:25.877954+00:00'
+    """
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        ts = utc(_FRACTION.sub(r"\1", value.strip()))
+    except ValueError:
+        return None
+    return None if ts.year <= 1 else ts
+
+
+def safe_url(url: str) -> str:
+    """``url`` without user:password (shown in errors instead of the real one)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def scrub_session(text: str, session: requests.Session) -> str:
+    """``text`` with the session's own credentials (bearer token, basic-auth password) replaced."""
+    secrets: list[str] = []
+    header = str(session.headers.get("Authorization", "") or "")
+    if header:
+        secrets.append(header.split(" ", 1)[-1])
+    auth = getattr(session, "auth", None)
+    if isinstance(auth, tuple) and len(auth) == 2 and auth[1]:
+        secrets.append(str(auth[1]))
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _text_map(value: object) -> dict[str, str]:
+    """Labels or annotations as str → str (values kept verbatim; non-mappings give {})."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v if isinstance(v, str) else str(v) for k, v in value.items()}

@@ -1,0 +1,146 @@
+"""Open an incident on live sources: a Prometheus-compatible server, Alertmanager, log files, deploy history.
+
+Used by the runbooks (``prometheus_url`` parameter), ``perfkit triage --prometheus`` and
+``perfkit capture``. Each optional source that fails is recorded as missing evidence with the
+URL and status; only the metrics server is required.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from perfkit.errors import ConfigError, PerfkitError
+from perfkit.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, Window
+from perfkit.incident import Hardware, Incident, default_baseline, make_window
+
+
+@dataclass
+class LiveConfig:
+    prometheus_url: str
+    token_env: str = ""
+    token_file: str = ""
+    ca_file: str = ""
+    insecure: bool = False
+    alertmanager_url: str = ""
+    logs: list[str] = field(default_factory=list)
+    deploys: str = ""
+
+
+@dataclass
+class LiveEvidence:
+    engine: object
+    events: pl.DataFrame
+    logs: pl.DataFrame
+    stats: pl.DataFrame
+    missing: list[str]
+    log_files: list[Path] = field(default_factory=list)
+
+
+def parse_since(text: str, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """'2h', '90m', '1d' → (now - that, now)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text or "")
+    if not m:
+        raise ConfigError(f"since: expected a duration like 90m, 2h or 1d, got {text!r}")
+    seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    end = (now or datetime.now(UTC)).replace(microsecond=0)
+    return end - timedelta(seconds=seconds), end
+
+
+def live_incident(
+    *,
+    start: str = "",
+    end: str = "",
+    since: str = "",
+    baseline_start: str = "",
+    baseline_end: str = "",
+    service: str = "",
+    slo: dict[str, float] | None = None,
+    gpu_count: int = 0,
+    usd_per_gpu_hour: float = 0.0,
+    title: str = "",
+) -> Incident:
+    """An incident described by parameters alone (no incident.yaml)."""
+    if since and not (start or end):
+        a, b = parse_since(since)
+        window = Window(a, b)
+    else:
+        window = make_window(start, end, what="window")
+    baseline = (
+        make_window(baseline_start, baseline_end, what="baseline")
+        if baseline_start or baseline_end
+        else default_baseline(window)
+    )
+    name = service or "service"
+    return Incident(
+        id=f"INC-{window.start:%Y%m%d-%H%M}-{name}",
+        title=title or f"Performance incident on {name}",
+        service=name,
+        window=window,
+        baseline=baseline,
+        slo={k: float(v) for k, v in (slo or {}).items() if v},
+        hardware=Hardware(count=int(gpu_count) or 1, usd_per_gpu_hour=float(usd_per_gpu_hour) or None),
+    )
+
+
+def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
+    """Connect the sources; the metrics server must answer (SourceError otherwise)."""
+    from perfkit.sources.prometheus import Auth, PrometheusClient, PrometheusEngine
+
+    if cfg.token_env and cfg.token_file:
+        raise ConfigError("give the token as an env var reference or a file, not both")
+    client = PrometheusClient(
+        cfg.prometheus_url,
+        auth=Auth(token_env=cfg.token_env or None, token_file=cfg.token_file or None),
+        verify=not cfg.insecure,
+        ca_file=cfg.ca_file or None,
+    )
+    span_start = incident.baseline.start if incident.baseline else incident.window.start
+    engine = PrometheusEngine(client, start=span_start - timedelta(minutes=5), end=incident.window.end)
+    engine.metric_names()  # fail now, with the URL and status, if the server does not answer
+    missing: list[str] = []
+    frames = [pl.DataFrame(schema=EVENTS_SCHEMA)]
+    if cfg.deploys:
+        try:
+            from perfkit.sources.releases import read_release_file
+
+            frames.append(read_release_file(Path(cfg.deploys)))
+        except PerfkitError as exc:
+            missing.append(f"deploys: {exc}")
+    else:
+        missing.append("events: no deploy history given (deploys=FILE)")
+    if cfg.alertmanager_url:
+        try:
+            from perfkit.sources.alertmanager import AlertmanagerClient
+
+            am = AlertmanagerClient(
+                cfg.alertmanager_url, verify=not cfg.insecure, ca_file=cfg.ca_file or None
+            )
+            frames.append(am.timeline_events(Window(span_start, incident.window.end), incident.service))
+        except PerfkitError as exc:
+            missing.append(f"alerts: {exc}")
+    events = (
+        pl.concat([f.select(list(EVENTS_SCHEMA)) for f in frames]).sort("ts")
+        if len(frames) > 1
+        else frames[0]
+    )
+    logs = pl.DataFrame(schema=LOG_SCHEMA)
+    stats = pl.DataFrame(schema=STATS_SCHEMA)
+    files: list[Path] = []
+    if cfg.logs:
+        from perfkit.sources.logs import expand, read_logs
+
+        files = expand(cfg.logs)
+        if files:
+            result = read_logs(files, window=incident.window)
+            logs, stats = result.records, result.stats
+            missing.extend(f"logs: {e}" for e in result.errors)
+        else:
+            missing.append(f"logs: nothing matches {', '.join(cfg.logs)}")
+    else:
+        missing.append("logs: no log files given (logs=PATH or glob)")
+    return LiveEvidence(engine, events, logs, stats, missing, files)

@@ -1,0 +1,359 @@
+"""Loki source: log lines by LogQL over Loki's HTTP API, parsed like log files.
+
+:meth:`LokiClient.query_range` calls ``GET /loki/api/v1/query_range`` (``query``, ``start`` and
+``end`` in ns since the epoch, ``limit``, ``direction``) and reads the ``streams`` answer::
+
+    {"status": "success",
+     "data": {"resultType": "streams",
+              "result": [{"stream": {"job": "vllm"}, "values": [["<ns>", "<line>"], ...]}]}}
+
+Loki returns entries with ``start <= ts < end`` and at most ``limit`` of them, so a closed
+:class:`~perfkit.frames.Window` is sent as ``end = window end + 1 ns``, and a page that comes back
+full is followed by another one. As logcli does, the next page starts *at* the last timestamp
+(not one ns after: several entries may share a timestamp and the page may have cut between
+them) and the entries seen already are dropped.
+
+:meth:`LokiClient.read` feeds each stream's lines through
+:func:`perfkit.sources.logs.parse_lines` (source name: a short label summary such as
+``{job="vllm"}``), so vLLM stats, NCCL, OOM and Xid lines become the same records as from files.
+A line with a timestamp of its own keeps it; a line without one gets Loki's timestamp (not the
+previous line's, which is what a file gives it).
+
+HTTP behaves as in :mod:`perfkit.sources.prometheus`: injected session, 429/5xx answers,
+timeouts and refused connections retried with exponential backoff, every failure a
+:class:`~perfkit.errors.SourceError` naming the URL and status, never a credential. ``tenant``
+is sent as ``X-Scope-OrgID`` (multi-tenant Loki, Grafana Cloud).
+
+>>> loki = LokiClient("http://127.0.0.1:3100", tenant="prod")  # doctest: +SKIP
+>>> loki.read('{job="vllm"}', Window("2026-11-30T00:00:00Z", "2026-11-30T03:00:00Z")).records  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import polars as pl
+import requests
+
+from perfkit.errors import SourceError
+from perfkit.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, Window
+from perfkit.secrets import REDACTED, redact_text
+from perfkit.sources.logs import LogResult, parse_lines
+from perfkit.sources.prometheus import Auth
+
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+DIRECTIONS = ("forward", "backward")
+
+#: label names tried, in order, to name a stream briefly (``{job="vllm"}``)
+SUMMARY_LABELS = (
+    "job",
+    "service_name",
+    "app",
+    "namespace",
+    "pod",
+    "container",
+    "instance",
+    "host",
+    "node",
+    "filename",
+    "stream",
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# parse_lines gives a line without a timestamp of its own the previous line's. Feeding this line
+# before every real line makes that "previous timestamp" a value no real line has (year 1), so
+# those lines can be found and given Loki's timestamp instead.
+_MARK_LINE = "0001-01-01T00:00:00Z"
+_MARK_TS = datetime(1, 1, 1, tzinfo=UTC)
+
+Entry = tuple[int, tuple[tuple[str, str], ...], str]  # (ns, sorted labels, line)
+
+
+class LokiClient:
+    """Reads log lines from Loki (``/loki/api/v1/query_range``), paging and retrying."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        session: requests.Session | None = None,
+        auth: Auth | None = None,
+        verify: bool = True,
+        ca_file: str | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        limit: int = 5000,
+        sleep: Callable[[float], None] = time.sleep,
+        tenant: str | None = None,
+    ) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be positive, got {limit}")
+        self.url = url.rstrip("/")
+        self.session = session or requests.Session()
+        (auth or Auth()).apply(self.session)
+        self.session.verify = ca_file or verify
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.limit = limit
+        self.sleep = sleep
+        self.tenant = tenant
+
+    def __repr__(self) -> str:
+        tenant = f", tenant={self.tenant!r}" if self.tenant else ""
+        return f"LokiClient({_safe_url(self.url)!r}{tenant})"
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def get(self, path: str, params: dict[str, str]) -> Any:
+        """GET ``path`` and return the answer's ``data``; retries 429/5xx/timeouts; raises SourceError."""
+        url = f"{self.url}{path}"
+        shown = _safe_url(url)
+        headers = {"X-Scope-OrgID": self.tenant} if self.tenant else {}
+        attempts = self.retries + 1
+        last, status = "", None
+        for attempt in range(attempts):
+            try:
+                resp = self.session.get(url, params=params, headers=headers, timeout=self.timeout_s)
+            except requests.Timeout:
+                last, status = f"timed out after {self.timeout_s:g} s", None
+            except requests.ConnectionError as exc:
+                last, status = f"cannot connect ({type(exc).__name__})", None
+            except requests.RequestException as exc:
+                raise SourceError(f"{shown}: request failed ({type(exc).__name__})", url=shown) from None
+            else:
+                status = resp.status_code
+                if status in RETRY_STATUSES:
+                    last = f"HTTP {status}"
+                elif status in (401, 403):
+                    raise SourceError(
+                        f"{shown}: HTTP {status}: not authorised (check the token reference and tenant)",
+                        url=shown,
+                        status=status,
+                    )
+                else:
+                    return self._data(shown, resp)
+            if attempt < self.retries:
+                self.sleep(self.backoff_s * (2**attempt))
+        raise SourceError(f"{shown}: {last} after {attempts} attempts", url=shown, status=status)
+
+    def _data(self, shown: str, resp: requests.Response) -> Any:
+        status = resp.status_code
+        try:
+            body = resp.json()
+        except ValueError:
+            # Loki answers a bad query with HTTP 400 and the error as plain text
+            what = "error" if status >= 400 else "answer is not JSON"
+            raise SourceError(
+                f"{shown}: HTTP {status}: {what} ({self._clean(resp.text[:160])!r})", url=shown, status=status
+            ) from None
+        if not isinstance(body, dict) or body.get("status") != "success" or status >= 400:
+            err, kind = "unexpected answer", ""
+            if isinstance(body, dict):
+                err = str(body.get("error") or body.get("message") or f"status {body.get('status')!r}")
+                kind = str(body.get("errorType") or "")
+            raise SourceError(
+                f"{shown}: HTTP {status}: {kind} {self._clean(err)}".replace("  ", " "),
+                url=shown,
+                status=status,
+            )
+        if not isinstance(body.get("data"), dict):
+            raise SourceError(f"{shown}: HTTP {status}: answer has no data", url=shown, status=status)
+        return body["data"]
+
+    def _clean(self, text: str) -> str:
+        """Text from an answer, safe to put in a message: credential-like parts and our secrets removed."""
+        text = redact_text(text.replace("\n", " "))
+        header = str(self.session.headers.get("Authorization", "") or "")
+        secrets = [header.split(" ", 1)[-1]] if header else []
+        auth = getattr(self.session, "auth", None)
+        if isinstance(auth, tuple) and len(auth) == 2 and auth[1]:
+            secrets.append(str(auth[1]))
+        for secret in sorted(secrets, key=len, reverse=True):
+            if len(secret) >= 4:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    # -- API -------------------------------------------------------------------------------------
+
+    def query_range(
+        self, logql: str, window: Window, direction: str = "forward"
+    ) -> list[tuple[datetime, dict[str, str], str]]:
+        """Every entry of ``logql`` in the closed ``window``: (UTC time, stream labels, line).
+
+        In time order (``forward``) or newest first (``backward``); pages of ``limit`` entries
+        are fetched until one comes back short. Times keep microseconds (Loki has ns).
+        """
+        return [
+            (_ns_datetime(ns), dict(labels), line)
+            for ns, labels, line in self._entries(logql, window, direction)
+        ]
+
+    def read(self, logql: str, window: Window) -> LogResult:
+        """The entries of ``logql`` in ``window`` parsed as log records, one source per stream.
+
+        ``records``/``stats`` as from :func:`perfkit.sources.logs.read_logs`; ``line`` is the
+        1-based position of the entry in its stream; ``files`` lists the stream summaries.
+        """
+        by_stream: dict[tuple[tuple[str, str], ...], list[tuple[int, str]]] = {}
+        for ns, labels, line in self._entries(logql, window, "forward"):
+            by_stream.setdefault(labels, []).append((ns, line))
+        names = stream_names(list(by_stream))
+        parts = [
+            _parse_stream(names[labels], entries, window)
+            for labels, entries in sorted(by_stream.items(), key=lambda item: names[item[0]])
+        ]
+        if not parts:
+            return LogResult(pl.DataFrame(schema=LOG_SCHEMA), pl.DataFrame(schema=STATS_SCHEMA))
+        records = pl.concat([p.records for p in parts])
+        stats = pl.concat([p.stats for p in parts]).sort("ts", nulls_last=True, maintain_order=True)
+        unknown_by_file = {name: n for p in parts for name, n in p.unknown_by_file.items()}
+        return LogResult(
+            records,
+            stats,
+            sum(unknown_by_file.values()),
+            unknown_by_file,
+            [name for p in parts for name in p.files],
+            [],
+        )
+
+    # -- paging ----------------------------------------------------------------------------------
+
+    def _entries(self, logql: str, window: Window, direction: str) -> list[Entry]:
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        forward = direction == "forward"
+        start, end = _ns(window.start), _ns(window.end) + 1  # Loki's end is exclusive
+        seen: set[Entry] = set()
+        out: list[Entry] = []
+        while True:
+            data = self.get(
+                "/loki/api/v1/query_range",
+                {
+                    "query": logql,
+                    "start": str(start),
+                    "end": str(end),
+                    "limit": str(self.limit),
+                    "direction": direction,
+                },
+            )
+            page = _page_entries(data, _safe_url(f"{self.url}/loki/api/v1/query_range"))
+            page.sort(key=lambda e: e[0], reverse=not forward)
+            fresh = [e for e in page if e not in seen]
+            seen.update(fresh)
+            out.extend(fresh)
+            if len(page) < self.limit:
+                break
+            edge = page[-1][0]
+            # Start the next page at the edge timestamp (entries there may have been cut). If a
+            # whole page was already seen, more than `limit` entries share that ns: step past it.
+            if forward:
+                start = edge if fresh else edge + 1
+            else:
+                end = edge + 1 if fresh else edge
+            if start >= end:
+                break
+        out.sort(key=lambda e: e[0], reverse=not forward)  # stable: Loki's order within a timestamp
+        return out
+
+
+def _page_entries(data: dict[str, Any], shown: str) -> list[Entry]:
+    """The (ns, labels, line) entries of one ``streams`` answer; SourceError for anything else."""
+    kind = data.get("resultType")
+    if kind != "streams":
+        raise SourceError(
+            f"{shown}: result type {kind!r}, not 'streams' (is this a metric query?)", url=shown
+        )
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise SourceError(f"{shown}: answer has no result list", url=shown)
+    entries: list[Entry] = []
+    try:
+        for stream in result:
+            labels = tuple(sorted((str(k), str(v)) for k, v in (stream.get("stream") or {}).items()))
+            for value in stream.get("values") or []:
+                # [ns, line] or, with structured metadata, [ns, line, {...}]
+                entries.append((int(value[0]), labels, str(value[1])))
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError):
+        raise SourceError(f"{shown}: malformed streams answer", url=shown) from None
+    return entries
+
+
+def stream_names(streams: list[tuple[tuple[str, str], ...]]) -> dict[tuple[tuple[str, str], ...], str]:
+    """A short, unique name per stream: the fewest :data:`SUMMARY_LABELS` that tell it apart.
+
+    >>> a, b = (("job", "vllm"), ("pod", "p0")), (("job", "train"), ("pod", "t0"))
+    >>> stream_names([a, b])[a]
+    '{job="vllm"}'
+    """
+    names = {}
+    for labels in streams:
+        mine = dict(labels)
+        keys = [k for k in SUMMARY_LABELS if k in mine] + sorted(k for k in mine if k not in SUMMARY_LABELS)
+        chosen = keys
+        for n in range(1, len(keys) + 1):
+            head = keys[:n]
+            clash = any(
+                other != labels and all(dict(other).get(k) == mine[k] for k in head) for other in streams
+            )
+            if not clash:
+                chosen = head
+                break
+        names[labels] = _selector({k: mine[k] for k in chosen})
+    return names
+
+
+def _selector(labels: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in labels.items()) + "}"
+
+
+def _parse_stream(name: str, entries: list[tuple[int, str]], window: Window) -> LogResult:
+    """parse_lines over one stream's lines; lines without a timestamp of their own get Loki's."""
+    fed: list[str] = []
+    for _, line in entries:
+        fed.extend((_MARK_LINE, line))
+    result = parse_lines(fed, window=window, source=name)
+    loki_ms = pl.Series("loki", [ns // 1_000_000 for ns, _ in entries], dtype=pl.Int64).cast(TS_DTYPE)
+
+    records = result.records.filter(pl.col("line") % 2 == 0).with_columns(pl.col("line") // 2)
+    no_own_ts = records["ts"].is_null() | (records["ts"] == _MARK_TS)
+    position = (records["line"] - 1).to_list()
+    records = records.with_columns(
+        pl.when(no_own_ts).then(loki_ms.gather(position)).otherwise(pl.col("ts")).alias("ts")
+    )
+
+    # stats rows are made in the order of the vllm_stats records, and parse_lines sorts them
+    # stably, so the rows without a time of their own are still in that order among themselves
+    stats = result.stats
+    stats_no_own_ts = stats["ts"].is_null() | (stats["ts"] == _MARK_TS)
+    from_loki = records.filter(no_own_ts & (records["kind"] == "vllm_stats"))["ts"]
+    if stats_no_own_ts.any() and int(stats_no_own_ts.sum()) == from_loki.len():
+        fixed = stats["ts"].scatter(stats_no_own_ts.arg_true(), from_loki)
+        stats = stats.with_columns(fixed).sort("ts", nulls_last=True, maintain_order=True)
+
+    unknown = max(0, result.unknown - len(entries))  # every mark line counts as unknown
+    return LogResult(records, stats, unknown, {name: unknown}, [name], [])
+
+
+def _ns(ts: datetime) -> int:
+    """Nanoseconds since the epoch of an aware datetime (exact, no float rounding)."""
+    delta = ts - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+def _ns_datetime(ns: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def _safe_url(url: str) -> str:
+    """``url`` without user:password."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
