@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import shutil
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import requests
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "data" / "scenarios"
@@ -41,3 +45,55 @@ def pytest_sessionfinish(session, exitstatus):
         for r in skipped:
             reporter.write_line(f"integration test skipped in CI: {r.nodeid}: {r.longrepr}", red=True)
         session.exitstatus = 1
+
+
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def alertmanager(tmp_path):
+    """Base URL of an Alertmanager on a free 127.0.0.1 port, gossip off, one null receiver."""
+    if ALERTMANAGER is None:
+        pytest.skip("needs the Alertmanager binary (apt-get install prometheus-alertmanager)")
+    config = tmp_path / "alertmanager.yml"
+    config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
+    port = _free_port()
+    log_path = tmp_path / "alertmanager.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [
+                ALERTMANAGER,
+                f"--config.file={config}",
+                f"--storage.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--cluster.listen-address=",  # empty: no gossip, no second port
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, log_path.read_text()
+            try:
+                if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "Alertmanager not ready after 30 s:\n" + log_path.read_text()
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()  # by its PID, through the Popen handle
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -14,10 +11,10 @@ import requests
 
 from perfkit.errors import SourceError
 from perfkit.frames import Window
+from perfkit.lab.servers import free_port
 from perfkit.sources.alertmanager import AlertmanagerClient, alerts_to_events, parse_time
 from perfkit.sources.prometheus import Auth
 
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 URL = "http://am.test:9093"
 ALERTS = URL + "/api/v2/alerts"
 CANARY = "canary-AM-t0ken-3c9d1e7f42"
@@ -27,56 +24,7 @@ def iso_ms(ts: datetime) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
 
 
-# -- a real Alertmanager -------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def alertmanager(tmp_path):
-    """Base URL of an Alertmanager on a free 127.0.0.1 port, gossip off, one null receiver."""
-    if ALERTMANAGER is None:
-        pytest.skip("needs the Alertmanager binary (apt-get install prometheus-alertmanager)")
-    config = tmp_path / "alertmanager.yml"
-    config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
-    port = _free_port()
-    log_path = tmp_path / "alertmanager.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                ALERTMANAGER,
-                f"--config.file={config}",
-                f"--storage.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--cluster.listen-address=",  # empty: no gossip, no second port
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "Alertmanager not ready after 30 s:\n" + log_path.read_text()
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()  # by its PID, through the Popen handle
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+# -- a real Alertmanager (the `alertmanager` fixture lives in tests/conftest.py) ------------------
 
 
 def post_alerts(url: str, alerts: list[dict]) -> None:
@@ -345,7 +293,7 @@ def test_connection_refused_and_timeout():
 
 
 def test_connection_refused_by_a_real_closed_port():
-    am = AlertmanagerClient(f"http://127.0.0.1:{_free_port()}", retries=1, sleep=lambda s: None, timeout_s=2)
+    am = AlertmanagerClient(f"http://127.0.0.1:{free_port()}", retries=1, sleep=lambda s: None, timeout_s=2)
     with pytest.raises(SourceError, match=r"cannot connect \(ConnectionError\) after 2 attempts"):
         am.alerts()
 

@@ -1,0 +1,115 @@
+"""`perfkit lab up/down` and `perfkit capture`, as a user runs them: bundle → Prometheus → capture →
+bundle gives the same findings; the captured OpenMetrics is accepted by promtool."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from perfkit.cli import cli
+from perfkit.query.local import LocalEngine
+from perfkit.sources.bundle import load_bundle
+from perfkit.triage.evidence import gather
+from perfkit.triage.table import run
+
+pytestmark = pytest.mark.integration
+SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie child of this process is dead for our purposes
+        return os.waitpid(pid, os.WNOHANG)[0] != pid
+    except ChildProcessError:
+        return True
+
+
+@pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
+def test_lab_up_capture_round_trip_and_down(engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFKIT_LAB_DIR", str(tmp_path / "lab"))
+    source = SCENARIOS / "p95-prefill-interference"
+    res = invoke("lab", "up", str(source), "--engine", engine)
+    assert res.exit_code == 0, res.output
+    state = json.loads((tmp_path / "lab" / f"{engine}-{source.name}" / "state.json").read_text())
+    assert f'prometheus_url = "{state["url"]}"' in res.output and pid_alive(state["pid"])
+    try:
+        inc = load_bundle(source).incident
+        out = tmp_path / "captured"
+        res = invoke(
+            "capture",
+            "--prometheus",
+            state["url"],
+            "--start",
+            inc.window.as_dict()["start"],
+            "--end",
+            inc.window.as_dict()["end"],
+            "--baseline-start",
+            inc.baseline.as_dict()["start"],
+            "--baseline-end",
+            inc.baseline.as_dict()["end"],
+            "--service",
+            "chat-api",
+            "--deploys",
+            str(source / "events.csv"),
+            "--logs",
+            str(source / "logs" / "vllm.log"),
+            "-o",
+            str(out),
+        )
+        assert res.exit_code == 0, res.output
+    finally:
+        res = invoke("lab", "down")
+    assert f"stopped {engine}-{source.name}" in res.output and not pid_alive(state["pid"])
+    captured, original = load_bundle(out), load_bundle(source)
+    assert captured.missing == []
+    a = run(
+        gather(LocalEngine(original.store), original.incident, events=original.events, logs=original.logs)
+    )
+    b = run(
+        gather(LocalEngine(captured.store), captured.incident, events=captured.events, logs=captured.logs)
+    )
+    ja, jb = a.to_json(), b.to_json()
+    assert [(d["id"], d["verdict"]) for d in ja["directions"][:2]] == [
+        (d["id"], d["verdict"]) for d in jb["directions"][:2]
+    ]
+    assert jb["directions"][0]["id"] == "prefill_decode_interference"
+    qa = next(s for s in ja["symptoms"] if s["id"] == "tail_latency_divergence")["evidence"]
+    qb = next(s for s in jb["symptoms"] if s["id"] == "tail_latency_divergence")["evidence"]
+    assert qb["ttft_p95_ratio"] == pytest.approx(qa["ttft_p95_ratio"], rel=0.01)
+    if shutil.which("promtool"):
+        check = subprocess.run(
+            [
+                "promtool",
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                str(out / "metrics" / "captured.om"),
+                str(tmp_path / "tsdb"),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert check.returncode == 0, check.stderr
+
+
+def test_lab_errors_are_clear(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFKIT_LAB_DIR", str(tmp_path / "lab"))
+    res = invoke("lab", "down", "nothing-here")
+    assert res.exit_code == 1 and "no lab server named nothing-here" in res.output
+    monkeypatch.setenv("PATH", str(tmp_path))  # no binaries at all
+    res = invoke("lab", "up", str(SCENARIOS / "release-regression"))
+    assert res.exit_code == 2
+    assert "prometheus is not installed: apt-get install -y --no-install-recommends prometheus" in res.output
