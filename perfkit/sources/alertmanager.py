@@ -35,17 +35,14 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import polars as pl
 import requests
 
 from perfkit.errors import SourceError
 from perfkit.frames import EVENTS_SCHEMA, Window, utc
-from perfkit.secrets import REDACTED, redact_text
-from perfkit.sources.prometheus import Auth
+from perfkit.sources.http import Auth, HttpSource, safe_url
 
-RETRY_STATUSES = (429, 500, 502, 503, 504)
 _FRACTION = re.compile(r"(\.\d{6})\d+")  # Go writes up to 9 fractional digits; datetime takes 6
 
 
@@ -53,7 +50,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class AlertmanagerClient:
+class AlertmanagerClient(HttpSource):
     """Reads alerts from an Alertmanager (API v2). ``url`` is the base URL, with any route prefix."""
 
     def __init__(
@@ -70,66 +67,41 @@ class AlertmanagerClient:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], datetime] = _now,
     ) -> None:
-        self.url = url.rstrip("/")
-        self.session = session or requests.Session()
-        (auth or Auth()).apply(self.session)
-        self.session.verify = ca_file or verify
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.sleep = sleep
+        super().__init__(
+            url,
+            session=session,
+            auth=auth,
+            verify=verify,
+            ca_file=ca_file,
+            timeout_s=timeout_s,
+            retries=retries,
+            backoff_s=backoff_s,
+            sleep=sleep,
+        )
         self.clock = clock
-
-    def __repr__(self) -> str:
-        return f"AlertmanagerClient({safe_url(self.url)!r})"
 
     # -- HTTP ------------------------------------------------------------------------------------
 
     def get(self, path: str, params: Sequence[tuple[str, str]] = ()) -> Any:
         """GET ``path`` and return the decoded JSON; retries 429/5xx/timeouts; raises SourceError."""
-        url = f"{self.url}{path}"
-        shown = safe_url(url)
-        attempts = self.retries + 1
-        last, status = "", None
-        for attempt in range(attempts):
-            try:
-                resp = self.session.get(url, params=list(params), timeout=self.timeout_s)
-            except requests.Timeout:
-                last, status = f"timed out after {self.timeout_s:g} s", None
-            except requests.ConnectionError as exc:
-                last, status = f"cannot connect ({type(exc).__name__})", None
-            except requests.RequestException as exc:
-                raise SourceError(f"{shown}: request failed ({type(exc).__name__})", url=shown) from None
-            else:
-                status = resp.status_code
-                if status in RETRY_STATUSES:
-                    last = f"HTTP {status}"
-                elif status in (401, 403):
-                    raise SourceError(
-                        f"{shown}: HTTP {status}: not authorised (check the token reference)",
-                        url=shown,
-                        status=status,
-                    )
-                elif status >= 400:
-                    raise SourceError(
-                        f"{shown}: HTTP {status}: {self._snippet(resp.text)!r}", url=shown, status=status
-                    )
-                else:
-                    try:
-                        return resp.json()
-                    except ValueError:
-                        raise SourceError(
-                            f"{shown}: HTTP {status}: answer is not JSON ({self._snippet(resp.text)!r})",
-                            url=shown,
-                            status=status,
-                        ) from None
-            if attempt < self.retries:
-                self.sleep(self.backoff_s * (2**attempt))
-        raise SourceError(f"{shown}: {last} after {attempts} attempts", url=shown, status=status)
+        shown, resp = self.fetch(path, list(params))
+        status = resp.status_code
+        if status >= 400:
+            raise SourceError(
+                f"{shown}: HTTP {status}: {self._snippet(resp.text)!r}", url=shown, status=status
+            )
+        try:
+            return resp.json()
+        except ValueError:
+            raise SourceError(
+                f"{shown}: HTTP {status}: answer is not JSON ({self._snippet(resp.text)!r})",
+                url=shown,
+                status=status,
+            ) from None
 
     def _snippet(self, text: str) -> str:
-        """The start of an answer body, safe to show: credential-like text and our own secrets removed."""
-        return scrub_session(redact_text(text[:120].replace("\n", " ")), self.session)
+        """The start of an answer body, safe to show."""
+        return self.clean(text[:120])
 
     # -- API -------------------------------------------------------------------------------------
 
@@ -221,29 +193,6 @@ def parse_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return None if ts.year <= 1 else ts
-
-
-def safe_url(url: str) -> str:
-    """``url`` without user:password (shown in errors instead of the real one)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-
-
-def scrub_session(text: str, session: requests.Session) -> str:
-    """``text`` with the session's own credentials (bearer token, basic-auth password) replaced."""
-    secrets: list[str] = []
-    header = str(session.headers.get("Authorization", "") or "")
-    if header:
-        secrets.append(header.split(" ", 1)[-1])
-    auth = getattr(session, "auth", None)
-    if isinstance(auth, tuple) and len(auth) == 2 and auth[1]:
-        secrets.append(str(auth[1]))
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= 4:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 def _flag(value: bool) -> str:

@@ -89,7 +89,8 @@ def live_incident(
 
 def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
     """Connect the sources; the metrics server must answer (SourceError otherwise)."""
-    from perfkit.sources.prometheus import Auth, PrometheusClient, PrometheusEngine
+    from perfkit.sources.http import Auth
+    from perfkit.sources.prometheus import PrometheusClient, PrometheusEngine
 
     if cfg.token_env and cfg.token_file:
         raise ConfigError("give the token as an env var reference or a file, not both")

@@ -35,18 +35,15 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import polars as pl
 import requests
 
 from perfkit.errors import SourceError
 from perfkit.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, Window
-from perfkit.secrets import REDACTED, redact_text
+from perfkit.sources.http import Auth, HttpSource, safe_url
 from perfkit.sources.logs import LogResult, parse_lines
-from perfkit.sources.prometheus import Auth
 
-RETRY_STATUSES = (429, 500, 502, 503, 504)
 DIRECTIONS = ("forward", "backward")
 
 #: label names tried, in order, to name a stream briefly (``{job="vllm"}``)
@@ -74,7 +71,7 @@ _MARK_TS = datetime(1, 1, 1, tzinfo=UTC)
 Entry = tuple[int, tuple[tuple[str, str], ...], str]  # (ns, sorted labels, line)
 
 
-class LokiClient:
+class LokiClient(HttpSource):
     """Reads log lines from Loki (``/loki/api/v1/query_range``), paging and retrying."""
 
     def __init__(
@@ -94,54 +91,33 @@ class LokiClient:
     ) -> None:
         if limit < 1:
             raise ValueError(f"limit must be positive, got {limit}")
-        self.url = url.rstrip("/")
-        self.session = session or requests.Session()
-        (auth or Auth()).apply(self.session)
-        self.session.verify = ca_file or verify
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
+        super().__init__(
+            url,
+            session=session,
+            auth=auth,
+            verify=verify,
+            ca_file=ca_file,
+            timeout_s=timeout_s,
+            retries=retries,
+            backoff_s=backoff_s,
+            sleep=sleep,
+        )
         self.limit = limit
-        self.sleep = sleep
         self.tenant = tenant
 
     def __repr__(self) -> str:
         tenant = f", tenant={self.tenant!r}" if self.tenant else ""
-        return f"LokiClient({_safe_url(self.url)!r}{tenant})"
+        return f"LokiClient({safe_url(self.url)!r}{tenant})"
 
     # -- HTTP ------------------------------------------------------------------------------------
 
+    auth_hint = "check the token reference and tenant"
+
     def get(self, path: str, params: dict[str, str]) -> Any:
         """GET ``path`` and return the answer's ``data``; retries 429/5xx/timeouts; raises SourceError."""
-        url = f"{self.url}{path}"
-        shown = _safe_url(url)
         headers = {"X-Scope-OrgID": self.tenant} if self.tenant else {}
-        attempts = self.retries + 1
-        last, status = "", None
-        for attempt in range(attempts):
-            try:
-                resp = self.session.get(url, params=params, headers=headers, timeout=self.timeout_s)
-            except requests.Timeout:
-                last, status = f"timed out after {self.timeout_s:g} s", None
-            except requests.ConnectionError as exc:
-                last, status = f"cannot connect ({type(exc).__name__})", None
-            except requests.RequestException as exc:
-                raise SourceError(f"{shown}: request failed ({type(exc).__name__})", url=shown) from None
-            else:
-                status = resp.status_code
-                if status in RETRY_STATUSES:
-                    last = f"HTTP {status}"
-                elif status in (401, 403):
-                    raise SourceError(
-                        f"{shown}: HTTP {status}: not authorised (check the token reference and tenant)",
-                        url=shown,
-                        status=status,
-                    )
-                else:
-                    return self._data(shown, resp)
-            if attempt < self.retries:
-                self.sleep(self.backoff_s * (2**attempt))
-        raise SourceError(f"{shown}: {last} after {attempts} attempts", url=shown, status=status)
+        shown, resp = self.fetch(path, params, headers)
+        return self._data(shown, resp)
 
     def _data(self, shown: str, resp: requests.Response) -> Any:
         status = resp.status_code
@@ -151,7 +127,7 @@ class LokiClient:
             # Loki answers a bad query with HTTP 400 and the error as plain text
             what = "error" if status >= 400 else "answer is not JSON"
             raise SourceError(
-                f"{shown}: HTTP {status}: {what} ({self._clean(resp.text[:160])!r})", url=shown, status=status
+                f"{shown}: HTTP {status}: {what} ({self.clean(resp.text[:160])!r})", url=shown, status=status
             ) from None
         if not isinstance(body, dict) or body.get("status") != "success" or status >= 400:
             err, kind = "unexpected answer", ""
@@ -159,26 +135,13 @@ class LokiClient:
                 err = str(body.get("error") or body.get("message") or f"status {body.get('status')!r}")
                 kind = str(body.get("errorType") or "")
             raise SourceError(
-                f"{shown}: HTTP {status}: {kind} {self._clean(err)}".replace("  ", " "),
+                f"{shown}: HTTP {status}: {kind} {self.clean(err)}".replace("  ", " "),
                 url=shown,
                 status=status,
             )
         if not isinstance(body.get("data"), dict):
             raise SourceError(f"{shown}: HTTP {status}: answer has no data", url=shown, status=status)
         return body["data"]
-
-    def _clean(self, text: str) -> str:
-        """Text from an answer, safe to put in a message: credential-like parts and our secrets removed."""
-        text = redact_text(text.replace("\n", " "))
-        header = str(self.session.headers.get("Authorization", "") or "")
-        secrets = [header.split(" ", 1)[-1]] if header else []
-        auth = getattr(self.session, "auth", None)
-        if isinstance(auth, tuple) and len(auth) == 2 and auth[1]:
-            secrets.append(str(auth[1]))
-        for secret in sorted(secrets, key=len, reverse=True):
-            if len(secret) >= 4:
-                text = text.replace(secret, REDACTED)
-        return text
 
     # -- API -------------------------------------------------------------------------------------
 
@@ -243,7 +206,7 @@ class LokiClient:
                     "direction": direction,
                 },
             )
-            page = _page_entries(data, _safe_url(f"{self.url}/loki/api/v1/query_range"))
+            page = _page_entries(data, safe_url(f"{self.url}/loki/api/v1/query_range"))
             page.sort(key=lambda e: e[0], reverse=not forward)
             fresh = [e for e in page if e not in seen]
             seen.update(fresh)
@@ -349,11 +312,3 @@ def _ns(ts: datetime) -> int:
 
 def _ns_datetime(ns: int) -> datetime:
     return _EPOCH + timedelta(microseconds=ns // 1000)
-
-
-def _safe_url(url: str) -> str:
-    """``url`` without user:password."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))

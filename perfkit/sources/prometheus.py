@@ -7,8 +7,9 @@ compute what the server can compute); :class:`PrometheusClient` is the HTTP laye
 
 * long ranges are split so no request asks for more than ``max_points`` points per series (the
   server refuses more than 11,000), and the pieces are fetched in parallel with a bound;
-* 5xx answers, timeouts and refused connections are retried with exponential backoff, then raise
-  :class:`~perfkit.errors.SourceError` naming the URL (never a token) and the status;
+* 429/5xx answers, timeouts and refused connections are retried with exponential backoff, then
+  raise :class:`~perfkit.errors.SourceError` naming the URL (never a token) and the status
+  (:mod:`perfkit.sources.http`, shared by every live source);
 * auth comes from references: a bearer token in an env var or file, or basic auth with the
   password in an env var; TLS verification is on unless turned off, with an optional CA file.
 
@@ -21,7 +22,6 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -32,38 +32,13 @@ from perfkit.errors import SourceError
 from perfkit.frames import TS_DTYPE, to_ms, utc
 from perfkit.query.ops import Expr, validate
 from perfkit.query.promql import to_promql
-from perfkit.secrets import redact_text, resolve_secret
+from perfkit.sources.http import Auth, HttpSource
 
 MAX_POINTS = 11_000
-RETRY_STATUSES = (500, 502, 503, 504)
 
 
-@dataclass
-class Auth:
-    """References to credentials (names of env vars and files), resolved only when a request is made."""
-
-    token_env: str | None = None
-    token_file: str | None = None
-    username: str | None = None
-    password_env: str | None = None
-
-    def apply(self, session: requests.Session) -> list[str]:
-        """Set the session's credentials; return the secret values (to keep them out of messages)."""
-        secrets: list[str] = []
-        token = resolve_secret(self.token_env, self.token_file)
-        if token:
-            session.headers["Authorization"] = f"Bearer {token}"
-            secrets.append(token)
-        if self.username:
-            password = resolve_secret(self.password_env) or ""
-            session.auth = (self.username, password)
-            if password:
-                secrets.append(password)
-        return secrets
-
-
-class PrometheusClient:
-    """Small Prometheus HTTP API client with retries, range splitting and bounded parallelism."""
+class PrometheusClient(HttpSource):
+    """Prometheus HTTP API client with retries, range splitting and bounded parallelism."""
 
     def __init__(
         self,
@@ -80,66 +55,32 @@ class PrometheusClient:
         max_points: int = MAX_POINTS,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.url = url.rstrip("/")
-        self.session = session or requests.Session()
-        self._secrets = (auth or Auth()).apply(self.session)
-        self.session.verify = ca_file or verify
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
+        super().__init__(
+            url,
+            session=session,
+            auth=auth,
+            verify=verify,
+            ca_file=ca_file,
+            timeout_s=timeout_s,
+            retries=retries,
+            backoff_s=backoff_s,
+            sleep=sleep,
+        )
         self.max_workers = max_workers
         self.max_points = max_points
-        self.sleep = sleep
 
     # -- HTTP ------------------------------------------------------------------------------------
 
-    def __repr__(self) -> str:
-        return f"PrometheusClient({self.url!r})"
-
-    def _clean(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        return redact_text(text)
-
     def get(self, path: str, params: dict[str, Any]) -> Any:
-        """GET ``path`` and return the API's ``data``; retries 5xx/timeouts; raises SourceError."""
-        try:
-            return self._get(path, params)
-        except SourceError as exc:
-            raise SourceError(self._clean(str(exc)), url=exc.url, status=exc.status) from None
+        """GET ``path`` and return the API's ``data``; retries 429/5xx/timeouts; raises SourceError."""
+        shown, resp = self.fetch(path, params)
+        return self._data(shown, resp)
 
-    def _get(self, path: str, params: dict[str, Any]) -> Any:
-        url = f"{self.url}{path}"
-        last = ""
-        for attempt in range(self.retries + 1):
-            try:
-                resp = self.session.get(url, params=params, timeout=self.timeout_s)
-            except requests.Timeout:
-                last, status = f"timed out after {self.timeout_s:g} s", None
-            except requests.ConnectionError as exc:
-                last, status = f"cannot connect ({type(exc).__name__})", None
-            else:
-                status = resp.status_code
-                if status in RETRY_STATUSES:
-                    last = f"HTTP {status}"
-                elif status in (401, 403):
-                    raise SourceError(
-                        f"{url}: HTTP {status}: not authorised (check the token reference)",
-                        url=url,
-                        status=status,
-                    )
-                else:
-                    return self._data(url, resp)
-            if attempt < self.retries:
-                self.sleep(self.backoff_s * (2**attempt))
-        raise SourceError(f"{url}: {last} after {self.retries + 1} attempts", url=url, status=status)
-
-    @staticmethod
-    def _data(url: str, resp: requests.Response) -> Any:
+    def _data(self, url: str, resp: requests.Response) -> Any:
         try:
             body = resp.json()
         except ValueError:
-            snippet = redact_text(resp.text[:80].replace("\n", " "))
+            snippet = self.clean(resp.text[:80])
             raise SourceError(
                 f"{url}: HTTP {resp.status_code}: answer is not JSON ({snippet!r})",
                 url=url,
@@ -149,7 +90,7 @@ class PrometheusClient:
             err = body.get("error", "unknown error") if isinstance(body, dict) else "unexpected answer"
             kind = body.get("errorType", "") if isinstance(body, dict) else ""
             raise SourceError(
-                f"{url}: HTTP {resp.status_code}: {kind} {redact_text(str(err))}".replace("  ", " "),
+                f"{url}: HTTP {resp.status_code}: {kind} {self.clean(str(err))}".replace("  ", " "),
                 url=url,
                 status=resp.status_code,
             )

@@ -13,7 +13,7 @@ from perfkit.errors import SourceError
 from perfkit.frames import Window
 from perfkit.lab.servers import free_port
 from perfkit.sources.alertmanager import AlertmanagerClient, alerts_to_events, parse_time
-from perfkit.sources.prometheus import Auth
+from perfkit.sources.http import Auth
 
 URL = "http://am.test:9093"
 ALERTS = URL + "/api/v2/alerts"

@@ -16,8 +16,8 @@ import requests
 
 from perfkit.errors import SourceError
 from perfkit.frames import Window
+from perfkit.sources.http import Auth
 from perfkit.sources.loki import LokiClient, stream_names
-from perfkit.sources.prometheus import Auth
 
 DATA = Path(__file__).parent / "data" / "loki"
 URL = "http://loki.test:3100"
