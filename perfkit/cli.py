@@ -40,6 +40,8 @@ def live_options(fn):
         click.option("--alertmanager", "alertmanager_url", default="", help="Alertmanager base URL"),
         click.option("--logs", "logs", multiple=True, help="log file or glob (repeatable)"),
         click.option("--deploys", default="", help="deploy history: events.csv, JSON or YAML"),
+        click.option("--git-repo", default="", help="a repository whose tags in the window are releases"),
+        click.option("--release-metric", default="", help="METRIC:LABEL whose label changes are releases"),
         click.option("--start", default="", help="incident window start (UTC ISO 8601)"),
         click.option("--end", default="", help="incident window end"),
         click.option("--since", default="", help="instead of --start/--end: the last 2h, 90m, 1d"),
@@ -71,6 +73,8 @@ def _live(kw: dict[str, Any]):
         alertmanager_url=kw["alertmanager_url"],
         logs=list(kw["logs"]),
         deploys=kw["deploys"],
+        git_repo=kw["git_repo"],
+        release_metric=kw["release_metric"],
     )
     return incident, open_live(cfg, incident)
 
@@ -112,6 +116,8 @@ def run(runbook: str, bundle: str | None, out: str, params: tuple[str, ...], **l
         "ca_file": "tls_ca_file",
         "alertmanager_url": "alertmanager_url",
         "deploys": "deploys",
+        "git_repo": "git_repo",
+        "release_metric": "release_metric",
         "start": "start",
         "end": "end",
         "since": "since",
@@ -304,6 +310,35 @@ def _lab_dir() -> Path:
     return Path(os.environ.get("PERFKIT_LAB_DIR") or Path.home() / ".cache" / "perfkit" / "lab")
 
 
+def lab_parameters(url: str, root: Path, incident) -> list[str]:
+    """Runbook parameter lines that reproduce the bundle's findings against the lab server."""
+    lines = [
+        'bundle = ""',
+        f'prometheus_url = "{url}"',
+        f'start = "{incident.window.as_dict()["start"]}"',
+        f'end = "{incident.window.as_dict()["end"]}"',
+    ]
+    if incident.baseline:
+        lines += [
+            f'baseline_start = "{incident.baseline.as_dict()["start"]}"',
+            f'baseline_end = "{incident.baseline.as_dict()["end"]}"',
+        ]
+    lines.append(f'service = "{incident.service}"')
+    if (root / "events.csv").exists():
+        lines.append(f'deploys = "{root / "events.csv"}"')
+    if (root / "logs").is_dir():
+        lines.append(f'logs = "{root / "logs"}"')
+    for key in ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s"):
+        if key in incident.slo:
+            lines.append(f"slo_{key} = {incident.slo[key]}")
+    if incident.hardware.usd_per_gpu_hour:
+        lines += [
+            f"gpu_count = {incident.hardware.count}",
+            f"usd_per_gpu_hour = {incident.hardware.usd_per_gpu_hour}",
+        ]
+    return lines
+
+
 @lab.command("up")
 @click.argument("bundle", type=click.Path(file_okay=False, exists=True))
 @click.option(
@@ -327,16 +362,11 @@ def lab_up(bundle: str, engine: str, port: int) -> None:
     server = start(engine, root, workdir, port=port, detach=True)
     (workdir / "state.json").write_text(json.dumps(server.as_dict(), indent=1))
     click.echo(f"{engine} is up: {server.url}  (pid {server.pid}, data {workdir})")
-    click.echo("paste into the runbook's parameters:")
     click.echo(
-        f'  bundle = ""\n  prometheus_url = "{server.url}"\n  start = "{incident.window.as_dict()["start"]}"\n'
-        f'  end = "{incident.window.as_dict()["end"]}"'
+        "paste into the runbook's parameters (deploys and logs stand in for your deploy system and log store):"
     )
-    if incident.baseline:
-        click.echo(
-            f'  baseline_start = "{incident.baseline.as_dict()["start"]}"\n'
-            f'  baseline_end = "{incident.baseline.as_dict()["end"]}"'
-        )
+    for line in lab_parameters(server.url, root, incident):
+        click.echo(f"  {line}")
     click.echo(f"stop it with: perfkit lab down {name}")
 
 

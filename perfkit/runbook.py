@@ -106,6 +106,8 @@ def open_incident(
     alertmanager_url: str = "",
     logs: str = "",
     deploys: str = "",
+    git_repo: str = "",
+    release_metric: str = "",
     start: str = "",
     end: str = "",
     since: str = "",
@@ -163,6 +165,8 @@ def open_incident(
                 alertmanager_url=alertmanager_url,
                 logs=[p for p in logs.split(",") if p.strip()] if logs else [],
                 deploys=deploys,
+                git_repo=git_repo,
+                release_metric=release_metric,
             )
             live = open_live(cfg, incident)
             ctx.incident, ctx.engine = incident, live.engine

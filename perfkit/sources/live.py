@@ -29,6 +29,8 @@ class LiveConfig:
     alertmanager_url: str = ""
     logs: list[str] = field(default_factory=list)
     deploys: str = ""
+    git_repo: str = ""  # a repository whose tags in the window are releases
+    release_metric: str = ""  # "metric:label", e.g. "build_info:version": label changes are releases
 
 
 @dataclass
@@ -105,15 +107,7 @@ def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
     engine.metric_names()  # fail now, with the URL and status, if the server does not answer
     missing: list[str] = []
     frames = [pl.DataFrame(schema=EVENTS_SCHEMA)]
-    if cfg.deploys:
-        try:
-            from perfkit.sources.releases import read_release_file
-
-            frames.append(read_release_file(Path(cfg.deploys)))
-        except PerfkitError as exc:
-            missing.append(f"deploys: {exc}")
-    else:
-        missing.append("events: no deploy history given (deploys=FILE)")
+    frames.extend(_releases(cfg, engine, Window(span_start, incident.window.end), incident.service, missing))
     if cfg.alertmanager_url:
         try:
             from perfkit.sources.alertmanager import AlertmanagerClient
@@ -124,11 +118,9 @@ def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
             frames.append(am.timeline_events(Window(span_start, incident.window.end), incident.service))
         except PerfkitError as exc:
             missing.append(f"alerts: {exc}")
-    events = (
-        pl.concat([f.select(list(EVENTS_SCHEMA)) for f in frames]).sort("ts")
-        if len(frames) > 1
-        else frames[0]
-    )
+    from perfkit.sources.releases import merge_releases
+
+    events = merge_releases(*frames)
     logs = pl.DataFrame(schema=LOG_SCHEMA)
     stats = pl.DataFrame(schema=STATS_SCHEMA)
     files: list[Path] = []
@@ -145,3 +137,35 @@ def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
     else:
         missing.append("logs: no log files given (logs=PATH or glob)")
     return LiveEvidence(engine, events, logs, stats, missing, files)
+
+
+def _releases(cfg: LiveConfig, engine, span: Window, service: str, missing: list[str]) -> list[pl.DataFrame]:
+    """Release history from every configured source; a failing one is named in ``missing``."""
+    from perfkit.sources import releases
+
+    frames: list[pl.DataFrame] = []
+    if cfg.deploys:
+        try:
+            frames.append(releases.read_release_file(Path(cfg.deploys)))
+        except PerfkitError as exc:
+            missing.append(f"deploys: {exc}")
+    if cfg.git_repo:
+        try:
+            frames.append(releases.git_releases(cfg.git_repo, span, service=service or None))
+        except PerfkitError as exc:
+            missing.append(f"git releases: {exc}")
+    if cfg.release_metric:
+        metric, _, label = cfg.release_metric.partition(":")
+        try:
+            frames.append(
+                releases.info_metric_releases(
+                    engine, metric, label or "version", span, service=service or None
+                )
+            )
+        except PerfkitError as exc:
+            missing.append(f"release metric {cfg.release_metric}: {exc}")
+    if not (cfg.deploys or cfg.git_repo or cfg.release_metric):
+        missing.append(
+            "events: no deploy history given (deploys=FILE, git_repo=DIR or release_metric=NAME:LABEL)"
+        )
+    return frames

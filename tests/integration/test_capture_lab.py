@@ -113,3 +113,41 @@ def test_lab_errors_are_clear(tmp_path, monkeypatch):
     res = invoke("lab", "up", str(SCENARIOS / "release-regression"))
     assert res.exit_code == 2
     assert "prometheus is not installed: apt-get install -y --no-install-recommends prometheus" in res.output
+
+
+@pytest.mark.notebook
+def test_runbook_on_the_printed_lab_url_gives_the_bundles_findings(tmp_path, monkeypatch):
+    """The issue's promise, as a new user follows it: lab up, paste the printed parameters, run."""
+    import ast
+
+    from perfkit.findings import findings_from_notebook
+    from perfkit.run import execute
+
+    monkeypatch.setenv("PERFKIT_LAB_DIR", str(tmp_path / "lab"))
+    source = SCENARIOS / "release-regression"
+    res = invoke("lab", "up", str(source))
+    assert res.exit_code == 0, res.output
+    try:
+        pasted = {}
+        for line in res.output.splitlines():
+            if line.startswith("  ") and " = " in line:
+                name, value = line.strip().split(" = ", 1)
+                pasted[name] = ast.literal_eval(value)
+        live = execute("inference_latency", tmp_path / "live", pasted)
+    finally:
+        invoke("lab", "down")
+    disk = execute("inference_latency", tmp_path / "disk", {"bundle": str(source)})
+    a = findings_from_notebook(json.loads(live.notebook.read_text()))
+    b = findings_from_notebook(json.loads(disk.notebook.read_text()))
+    assert a["scope"].data["source"] == "prometheus" and b["scope"].data["source"] == "bundle"
+    da, db = a["triage"].data["directions"], b["triage"].data["directions"]
+    assert [(d["id"], d["verdict"], d["suspect_version"]) for d in da] == [
+        (d["id"], d["verdict"], d["suspect_version"]) for d in db
+    ]
+    assert a["changes"].data["suspect_version"] == "v2.4.0"
+    assert {c["version"] for c in a["changes"].data["cleared"]} == {
+        c["version"] for c in b["changes"].data["cleared"]
+    }
+    breach_a = [r[0] for r in a["postmortem"].data["impact"]["rows"] if r[-1] == "BREACH"]
+    breach_b = [r[0] for r in b["postmortem"].data["impact"]["rows"] if r[-1] == "BREACH"]
+    assert breach_a == breach_b
