@@ -57,6 +57,8 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "generation_tokens_total": ("vllm:generation_tokens_total",),
     "request_success": ("vllm:request_success_total",),
     "preemptions": ("vllm:num_preemptions_total",),
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     "node_cpu": ("node_cpu_seconds_total",),
     "net_rx": ("node_network_receive_bytes_total",),
     "net_tx": ("node_network_transmit_bytes_total",),

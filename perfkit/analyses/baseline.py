@@ -131,6 +131,7 @@ def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict
         "prompt_tokens_per_s": S.counter_rate(engine, "prompt_tokens_total", window, queries),
         "errors_per_s": _error_rate(engine, window, queries),
         "preemptions_per_s": S.counter_rate(engine, "preemptions", window, queries),
+        "prefix_cache_hit_frac": _hit_rate(engine, window, queries),
         "running_avg": S.gauge_stat(engine, "running", window, "avg", queries),
         "waiting_avg": S.gauge_stat(engine, "waiting", window, "avg", queries),
         "waiting_max": S.gauge_stat(engine, "waiting", window, "max", queries),
@@ -138,6 +139,13 @@ def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict
         "kv_cache_usage_max": S.gauge_stat(engine, "kv_cache_usage", window, "max", queries, combine="max"),
     }
     return qs, rates
+
+
+def _hit_rate(engine, window: Window, queries: list[str]) -> float | None:
+    """Prefix-cache hits / queries (both counted in tokens by vLLM) over the window."""
+    q = S.counter_rate(engine, "prefix_cache_queries", window, queries)
+    h = S.counter_rate(engine, "prefix_cache_hits", window, queries)
+    return h / q if q and h is not None else None
 
 
 def _error_rate(engine, window: Window, queries: list[str]) -> float | None:
@@ -181,6 +189,7 @@ def compare(engine, window: Window, baseline: Window | None, slo: dict[str, floa
         "waiting_max": "reqs",
         "kv_cache_usage_avg": "frac",
         "kv_cache_usage_max": "frac",
+        "prefix_cache_hit_frac": "frac",
     }
     for name, value in inc_r.items():
         rows.append(Row(name, units[name], base_r.get(name), value))

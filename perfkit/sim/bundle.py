@@ -136,6 +136,8 @@ def generate(spec: ScenarioSpec, out: Path, *, duration_s: float | None = None) 
         }
     ]
     for rel in spec.releases:
+        if not rel.kind:
+            continue  # a change nobody announced: it leaves no event
         events.append(
             {
                 "ts": spec.at(rel.at_s),

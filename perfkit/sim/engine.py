@@ -40,16 +40,21 @@ def draw_requests(spec: ScenarioSpec, rng: np.random.Generator) -> Requests:
     t = np.sort(rng.uniform(0.0, spec.duration_s, n))
     rate = spec.base_rps * (1.0 + 0.1 * np.sin(2 * np.pi * t / 7200.0))
     long_frac = np.full(t.shape, spec.base_long_prompt_frac)
+    prompt_mult = np.ones(t.shape)
+    output_mult = np.ones(t.shape)
     for phase in spec.phases:
         inside = (t >= phase.start_s) & (t < phase.end_s)
         rate[inside] *= phase.rate_mult
+        prompt_mult[inside] *= phase.prompt_mult
+        output_mult[inside] *= phase.output_mult
         if phase.long_prompt_frac is not None:
             long_frac[inside] = phase.long_prompt_frac
     keep = rng.uniform(0.0, peak, t.shape) < rate
-    t, long_frac = t[keep], long_frac[keep]
+    t, long_frac, prompt_mult, output_mult = t[keep], long_frac[keep], prompt_mult[keep], output_mult[keep]
     is_long = rng.uniform(size=t.shape) < long_frac
     prompt = np.where(is_long, _lengths(rng, spec.long_prompt, t.size), _lengths(rng, spec.prompt, t.size))
-    output = _lengths(rng, spec.output, t.size)
+    prompt = np.maximum(1, np.rint(prompt * prompt_mult)).astype(np.int64)
+    output = np.maximum(2, np.rint(_lengths(rng, spec.output, t.size) * output_mult)).astype(np.int64)
     return Requests(t, prompt, output, is_long)
 
 
@@ -90,7 +95,11 @@ class Engine:
             if releases and now >= releases[0].at_s:
                 rel = releases.popleft()
                 cfg = replace(cfg, **{k: type(getattr(cfg, k))(v) for k, v in rel.engine_changes.items()})
-                now = self.rec.restart(rel, now, cfg, running, waiting)
+                if rel.restart:
+                    now = self.rec.restart(rel, now, cfg, running, waiting)
+                    kv_blocks_total = cfg.kv_capacity_tokens // cfg.block_size
+                else:
+                    self.rec.reconfigure(cfg)
                 continue
             while next_arrival < n and reqs.arrival[next_arrival] <= now:
                 waiting.append(next_arrival)
@@ -131,10 +140,15 @@ class Engine:
                 used_blocks += need
                 if np.isnan(scheduled[r]):
                     scheduled[r] = now
+                # Prefix cache: the cached share of the prompt needs no compute (vLLM counts it as a hit).
+                cached = int(reqs.prompt[r] * cfg.prefix_cache_hit_frac) if reqs.prompt[r] > 1 else 0
+                prefilled[r] = min(cached, int(reqs.prompt[r]) - 1)
+                self.rec.prefix_cache(int(reqs.prompt[r]), int(prefilled[r]))
+                rest = int(reqs.prompt[r] - prefilled[r])
                 take = (
-                    int(reqs.prompt[r])
+                    rest
                     if not cfg.chunked_prefill
-                    else min(int(reqs.prompt[r]), budget, cfg.long_prefill_token_threshold or budget)
+                    else min(rest, budget, cfg.long_prefill_token_threshold or budget)
                 )
                 prefill_plan.append((r, take))
                 budget -= take

@@ -138,6 +138,9 @@ class Recorder:
         self.rng = rng
         legacy = spec.legacy_metric_names
         self.itl_name = "vllm:time_per_output_token_seconds" if legacy else "vllm:inter_token_latency_seconds"
+        self.prefix_queries = "vllm:gpu_prefix_cache_queries" if legacy else "vllm:prefix_cache_queries"
+        self.prefix_hits = "vllm:gpu_prefix_cache_hits" if legacy else "vllm:prefix_cache_hits"
+        self.stats_queries = self.stats_hits = 0.0
         self.kv_name = "vllm:gpu_cache_usage_perc" if legacy else "vllm:kv_cache_usage_perc"
         self.hist = {
             "vllm:time_to_first_token_seconds": Histogram(TTFT_BUCKETS),
@@ -156,6 +159,8 @@ class Recorder:
             "vllm:prompt_tokens": 0.0,
             "vllm:generation_tokens": 0.0,
             "vllm:num_preemptions": 0.0,
+            self.prefix_queries: 0.0,
+            self.prefix_hits: 0.0,
         }
         self.success = {"stop": 0.0, "length": 0.0, "abort": 0.0}
         self.out: dict[str, Series] = {}
@@ -191,6 +196,13 @@ class Recorder:
     def arrived(self, r: int, reqs) -> None:
         self.arrivals_since += 1
         self.prompt_bytes_since += float(reqs.prompt[r]) * 4.2
+
+    def prefix_cache(self, queried: int, hit: int) -> None:
+        """vLLM counts prefix-cache queries and hits in tokens, at admission."""
+        self.counters[self.prefix_queries] += queried
+        self.counters[self.prefix_hits] += hit
+        self.stats_queries += queried
+        self.stats_hits += hit
 
     def itl(self, values: np.ndarray) -> None:
         self.hist[self.itl_name].observe(values)
@@ -241,8 +253,14 @@ class Recorder:
         self._advance(until)
         return until
 
+    def reconfigure(self, cfg: EngineConfig) -> None:
+        """A change that needs no restart (a GPU starting to throttle, a neighbour on the node)."""
+        self.cfg = cfg
+
     def restart(self, rel: Release, now: float, cfg: EngineConfig, running, waiting) -> float:
-        """A deploy: the server goes down for a moment and comes back as ``rel.version`` with fresh counters."""
+        """A deploy (or a crash): the server goes down for a moment and comes back with fresh counters."""
+        if rel.oom:
+            self._oom_traceback(now)
         self.up = False
         self._advance(now + rel.restart_pause_s)
         for h in self.hist.values():
@@ -331,7 +349,7 @@ class Recorder:
             **base,
             "block_size": str(cfg.block_size),
             "cache_dtype": "auto",
-            "enable_prefix_caching": "False",
+            "enable_prefix_caching": str(self.cfg.prefix_cache_hit_frac > 0),
             "gpu_memory_utilization": "0.9",
             "num_gpu_blocks": str(cfg.kv_capacity_tokens // cfg.block_size),
         }
@@ -453,7 +471,7 @@ class Recorder:
                 "DCGM_FI_DEV_SM_CLOCK",
                 labels,
                 ts,
-                1980 if util > 5 else 345,
+                round(self.cfg.sm_clock_mhz) if util > 5 else 345,
             )
             self._put(
                 "DCGM_FI_DEV_GPU_TEMP",
@@ -525,9 +543,31 @@ class Recorder:
             "loggers.py:123",
             f"Engine 000: Avg prompt throughput: {self.stats_prompt / dt:.1f} tokens/s, "
             f"Avg generation throughput: {self.stats_gen / dt:.1f} tokens/s, Running: {running} reqs, "
-            f"Waiting: {waiting} reqs, GPU KV cache usage: {100 * kv:.1f}%, Prefix cache hit rate: 0.0%",
+            f"Waiting: {waiting} reqs, GPU KV cache usage: {100 * kv:.1f}%, "
+            f"Prefix cache hit rate: {100 * self.stats_hits / self.stats_queries if self.stats_queries else 0:.1f}%",
         )
         self.stats_prompt = self.stats_gen = 0.0
+        self.stats_queries = self.stats_hits = 0.0
+
+    def _oom_traceback(self, t: float) -> None:
+        """What a vLLM worker prints when a batch's activations/logits do not fit (PyTorch 2.x wording)."""
+        running = self.state[0]
+        self._log(
+            t - 0.2, "ERROR", "core.py:588", "EngineCore encountered a fatal error.", process="EngineCore_0"
+        )
+        stamp = self.spec.at(t).strftime("%m-%d %H:%M:%S")
+        tail = [
+            "Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/site-packages/vllm/v1/sample/sampler.py", line 91, in forward',
+            "    logits = self.apply_temperature(logits, sampling_metadata.temperature)",
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.63 GiB. GPU 0 has a total capacity "
+            f"of 79.19 GiB of which 1.21 GiB is free. Including non-PyTorch memory, this process has 77.96 GiB "
+            f"memory in use. Of the allocated memory 74.10 GiB is allocated by PyTorch, and 2.31 GiB is reserved by "
+            f"PyTorch but unallocated. ({running} running requests)",
+            f"(APIServer pid={self.pid}) ERROR {stamp} [async_llm.py:420] AsyncLLM output_handler failed.",
+        ]
+        for i, line in enumerate(tail):
+            self.logs.append((t - 0.1 + i * 1e-4, line))
 
     def _startup_logs(self, t: float, version: str, cfg: EngineConfig) -> None:
         spec = self.spec
@@ -540,7 +580,7 @@ class Recorder:
             f"Initializing a V1 LLM engine (v{spec.vllm_version}) with config: model='{spec.model}', "
             f"tensor_parallel_size={spec.gpu_count}, max_num_seqs={cfg.max_num_seqs}, "
             f"max_num_batched_tokens={cfg.max_num_batched_tokens if cfg.chunked_prefill else cfg.max_prefill_tokens}, "
-            f"enable_chunked_prefill={cfg.chunked_prefill}, enable_prefix_caching=False",
+            f"enable_chunked_prefill={cfg.chunked_prefill}, enable_prefix_caching={cfg.prefix_cache_hit_frac > 0}",
             process="EngineCore_0",
         )
         self._log(

@@ -43,6 +43,8 @@ class Phase:
     start_s: float
     end_s: float
     rate_mult: float = 1.0  # arrival-rate multiplier (traffic surge)
+    prompt_mult: float = 1.0  # prompt lengths scaled (e.g. longer multi-turn contexts)
+    output_mult: float = 1.0  # output lengths scaled
     long_prompt_frac: float | None = None  # share of requests drawn from the long-prompt mix
 
 
@@ -61,6 +63,8 @@ class EngineConfig:
     prefill_s_per_token: float = 0.00011
     decode_s_per_seq: float = 0.00018
     kv_read_s_per_token: float = 2.0e-8
+    prefix_cache_hit_frac: float = 0.0  # share of each prompt found in the prefix cache (no compute needed)
+    sm_clock_mhz: float = 1980.0  # what DCGM reports while busy (a throttled GPU runs slower clocks)
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,9 @@ class Release:
     detail: str
     engine_changes: dict[str, float] = field(default_factory=dict)  # EngineConfig field -> new value
     restart_pause_s: float = 4.0
-    kind: str = "deploy"
+    kind: str = "deploy"  # the events.csv kind; "" writes no event (a change nobody announced)
+    restart: bool = True  # the server restarts (counters reset, a short gap in its metrics)
+    oom: bool = False  # the restart is a crash: CUDA out-of-memory traceback in the log first
 
 
 @dataclass(frozen=True)

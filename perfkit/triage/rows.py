@@ -148,34 +148,40 @@ def verify_prefill(ev: Evidence) -> Verification:
     )
     kv = ev.rate("incident", "kv_cache_usage_max")
     pre = ev.rate("incident", "preemptions_per_s")
+    hit_b, hit_i = ev.rate("baseline", "prefix_cache_hit_frac"), ev.rate("incident", "prefix_cache_hit_frac")
+    hit_drop = hit_b - hit_i if hit_b is not None and hit_i is not None else None
     share = prefill / ttft if prefill is not None and ttft else None
     numbers = {
         "prefill_share_of_ttft": _r(share),
         "queue_share_of_ttft": _r(queue / ttft if queue is not None and ttft else None),
         "kv_cache_usage_max": _r(kv),
         "preemptions_per_s": _r(pre, 4),
+        "prefix_cache_hit_frac": {"baseline": _r(hit_b), "incident": _r(hit_i)},
     }
     if share is None or kv is None:
         return Verification("inconclusive", "prefill share of TTFT or KV-cache usage unknown", numbers)
-    pressure = kv >= T.KV_FULL_FRAC or (pre or 0) >= T.PREEMPTIONS_PER_S
-    if share >= 0.5 and pressure:
-        return Verification(
-            "confirmed",
-            f"prefill is {share:.0%} of TTFT and the KV cache is under pressure "
-            f"(max {kv:.0%}, {pre or 0:.3f} preemptions/s)",
-            numbers,
-        )
     if share < 0.5:
         return Verification(
             "ruled_out",
             f"prefill is only {share:.0%} of mean TTFT: the first token waits elsewhere (queue)",
             numbers,
         )
-    if kv < T.KV_CALM_FRAC and (pre or 0) < T.PREEMPTIONS_PER_S:
+    reasons = []
+    if hit_drop is not None and hit_drop >= T.PREFIX_HIT_DROP:
+        reasons.append(
+            f"the prefix-cache hit rate fell from {hit_b:.0%} to {hit_i:.0%}, so prompts are recomputed"
+        )
+    if kv >= T.KV_FULL_FRAC:
+        reasons.append(f"the KV cache peaks at {kv:.0%}")
+    if (pre or 0) >= T.PREEMPTIONS_PER_S:
+        reasons.append(f"{pre:.3f} preemptions/s recompute prompts")
+    if reasons:
+        return Verification("confirmed", f"prefill is {share:.0%} of TTFT and " + "; ".join(reasons), numbers)
+    if kv < T.KV_CALM_FRAC:
         return Verification(
             "ruled_out",
             f"prefill is slow ({share:.0%} of TTFT) but the KV cache is calm "
-            f"(max {kv:.0%}, no preemptions): allocation is not the problem",
+            f"(max {kv:.0%}, no preemptions, prefix hits steady): allocation is not the problem",
             numbers,
         )
     return Verification("inconclusive", f"prefill {share:.0%} of TTFT, KV max {kv:.0%}", numbers)
@@ -197,11 +203,15 @@ def detect_tpot(ev: Evidence) -> Detection:
 def verify_tpot(ev: Evidence) -> Verification:
     tok = ev.per_token()
     p50 = ev.ratio(tok, 0.5)
-    load = ev.rate_ratio("requests_per_s")
+    # Offered decode load: more requests, or more tokens asked per request, both grow the batch.
+    rate = ev.rate_ratio("requests_per_s")
+    tokens = ev.rate_ratio("generated_tokens_per_s")
+    load = max((x for x in (rate, tokens) if x is not None), default=None)
     batch = ev.rate_ratio("running_avg")
     numbers = {
         f"{tok}_p50_ratio": _r(p50),
-        "request_rate_ratio": _r(load),
+        "request_rate_ratio": _r(rate),
+        "generated_tokens_ratio": _r(tokens),
         "batch_ratio": _r(batch),
         f"{tok}_p50_s": {
             "baseline": _r(ev.q("baseline", tok, 0.5), 4),
@@ -213,7 +223,8 @@ def verify_tpot(ev: Evidence) -> Verification:
     if load >= T.LOAD_RATIO:
         return Verification(
             "ruled_out",
-            f"offered load rose {load:.2f}x and the batch {batch or 0:.2f}x: the "
+            f"offered load (requests or generated tokens per second) rose {load:.2f}x and the batch "
+            f"{batch or 0:.2f}x: the "
             "slower tokens are the cost of a bigger batch, not a less efficient decode",
             numbers,
         )
@@ -243,9 +254,9 @@ def detect_load(ev: Evidence) -> Detection:
     }
     if lat is None or (load is None and conc is None):
         return Detection(False, 0.0, facts, ["request rate or concurrency, and TTFT, in both windows"])
-    more_load = (
-        (load or 0) >= T.LOAD_RATIO or (conc or 0) >= T.CONCURRENCY_RATIO or (waiting or 0) >= T.QUEUED_AVG
-    )
+    # "with concurrency": more offered load or more requests in flight. A queue with neither is lost
+    # capacity (a smaller KV cache, a slower step), which other rows explain.
+    more_load = (load or 0) >= T.LOAD_RATIO or (conc or 0) >= T.CONCURRENCY_RATIO
     detected = more_load and lat >= T.LATENCY_MEDIAN_RATIO
     return Detection(detected, _clamp(lat / 10) if detected else 0.0, facts)
 

@@ -23,6 +23,7 @@ QUEUE_SHARE_RULE_OUT = 0.2
 KV_FULL_FRAC = 0.9  # vLLM starts preempting near a full KV cache
 KV_CALM_FRAC = 0.8
 PREEMPTIONS_PER_S = 0.01  # more than one preemption per 100 s
+PREFIX_HIT_DROP = 0.2  # prefix-cache hit rate down 20 points: the cache no longer holds the shared prefixes
 
 # -- prefill/decode interference -----------------------------------------------------------
 LONG_PROMPT_MULTIPLE = 8.0  # "long" = 8x the baseline median prompt (rounded up to a bucket bound)

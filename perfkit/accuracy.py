@@ -1,0 +1,82 @@
+"""Grade triage against the answer keys of the embedded scenarios (used by benchmarks and drills)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perfkit.errors import BundleError
+
+
+@dataclass
+class Graded:
+    scenario: str
+    want: str
+    want_version: str | None
+    got: str | None  # rank-1 direction if confirmed, else None
+    got_version: str | None
+    confirmed: list[str]
+    seconds: float
+
+    @property
+    def control(self) -> bool:
+        return self.want == "none"
+
+    @property
+    def correct(self) -> bool:
+        if self.control:
+            return not self.confirmed
+        return self.got == self.want and (self.want_version is None or self.got_version == self.want_version)
+
+    @property
+    def false_confirmations(self) -> list[str]:
+        """Directions confirmed that the answer key does not name (on controls: every confirmation)."""
+        return [d for d in self.confirmed if d != self.want]
+
+
+def read_answer(bundle: Path) -> dict[str, Any]:
+    path = bundle / "answer.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(
+            "no answer.yaml (only drills and embedded scenarios carry one)", path=str(path)
+        ) from None
+    if not isinstance(data, dict) or "direction" not in data:
+        raise BundleError("answer.yaml needs a 'direction'", path=str(path))
+    return data
+
+
+def grade_bundle(bundle: Path) -> Graded:
+    """Run triage on ``bundle`` (never reading its answer) and compare with answer.yaml."""
+    import time
+
+    from perfkit.query.local import LocalEngine
+    from perfkit.sources.bundle import load_bundle
+    from perfkit.triage.evidence import gather
+    from perfkit.triage.table import run
+
+    t = time.perf_counter()
+    b = load_bundle(bundle)
+    result = run(gather(LocalEngine(b.store), b.incident, events=b.events, logs=b.logs))
+    seconds = time.perf_counter() - t
+    answer = read_answer(bundle)
+    confirmed = [r.row.direction for r in result.confirmed()]
+    top = result.top
+    got = top.row.direction if top and top.verification.verdict == "confirmed" else None
+    return Graded(
+        bundle.name,
+        str(answer["direction"]),
+        answer.get("suspect_version"),
+        got,
+        result.suspect_version if got == "release_regression" else None,
+        confirmed,
+        seconds,
+    )
+
+
+def scenario_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.glob("*/answer.yaml"))
