@@ -393,5 +393,105 @@ def lab_down(names: tuple[str, ...]) -> None:
         click.echo(f"stopped {state.parent.name} (pid {server.pid})")
 
 
+@cli.group()
+def drill() -> None:
+    """Game-day drills: recorded incidents served as if live, graded against their answer keys."""
+
+
+@drill.command("list")
+def drill_list() -> None:
+    """Drills with their difficulty and a brief that gives nothing away."""
+    from rich.table import Table
+
+    from perfkit.console import make_console
+    from perfkit.drills import drills
+
+    table = Table(title="perfkit drills")
+    for col in ("name", "difficulty", "brief"):
+        table.add_column(col, overflow="fold")
+    for d in drills():
+        table.add_row(d.name, d.difficulty, d.brief)
+    make_console().print(table)
+
+
+@drill.command("start")
+@click.argument("name")
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="incident folder (default out/drills/NAME)",
+)
+@click.option("--live", is_flag=True, help="serve the metrics from a local Prometheus (perfkit lab) instead")
+@click.option("--lab/--no-lab", "start_lab", default=False, help="also open the runbook in JupyterLab")
+def drill_start(name: str, out: str | None, live: bool, start_lab: bool) -> None:
+    """Set up an incident folder for drill NAME: the evidence (answer hidden) and a parameterized runbook."""
+    from perfkit.drills import start
+
+    folder = Path(out) if out else Path("out/drills") / name
+    bundle, runbook = start(name, folder)
+    click.echo(f"drill {name}: evidence in {bundle}, runbook {runbook}")
+    if live:
+        from perfkit.incident import read_incident
+        from perfkit.lab.servers import start as start_server
+        from perfkit.lab_open import write_parameterized
+
+        workdir = _lab_dir() / f"prometheus-drill-{name}"
+        if (workdir / "state.json").exists():
+            raise click.ClickException(
+                f"a live drill {name} is already up: perfkit lab down prometheus-drill-{name}"
+            )
+        server = start_server("prometheus", bundle, workdir, detach=True)
+        (workdir / "state.json").write_text(json.dumps(server.as_dict(), indent=1))
+        import ast
+
+        params = {}
+        for line in lab_parameters(server.url, bundle.resolve(), read_incident(bundle / "incident.yaml")):
+            key, value = line.split(" = ", 1)
+            params[key] = ast.literal_eval(value)
+        runbook = write_parameterized("inference_latency", folder, params)
+        click.echo(
+            f"live: metrics served by {server.url} (stop with: perfkit lab down prometheus-drill-{name})"
+        )
+    click.echo(
+        f"work the incident in {runbook}, then: perfkit drill check {name} --answer DIRECTION [--version V]"
+    )
+    if start_lab:
+        from perfkit.lab_open import open_runbook
+
+        open_runbook(str(runbook), folder, {}, start_lab=True)
+
+
+@drill.command("check")
+@click.argument("name")
+@click.option(
+    "--answer", "direction", required=True, help="the direction you conclude (a triage direction id)"
+)
+@click.option("--version", default=None, help="the suspect version, for a release regression")
+def drill_check(name: str, direction: str, version: str | None) -> None:
+    """Grade a trainee's conclusion, then explain the true cause with the evidence to look for."""
+    from perfkit.drills import check
+
+    grade = check(name, direction, version)
+    a, f = grade.answer, grade.found
+    click.echo(
+        ("CORRECT" if grade.correct else "NOT QUITE")
+        + f": the direction was {a['direction']}"
+        + (f", suspect version {a['suspect_version']}" if a.get("suspect_version") else "")
+    )
+    if grade.version_correct is False:
+        click.echo(f"  the direction is right but the version is not: {version or 'none given'}")
+    click.echo("evidence you should have seen:")
+    for line in a.get("evidence", []):
+        click.echo(f"  - {line}")
+    if a.get("fix"):
+        click.echo(f"fix: {a['fix']}")
+    click.echo(f"perfkit's triage: rank 1 {f['direction']} ({f['verdict']}): {f['why']}")
+    click.echo(f"  quick check: {f['check']}")
+    sys.exit(0 if grade.correct else 1)
+
+
 def main() -> None:
     cli()

@@ -329,7 +329,7 @@ def decode_thermal_throttle() -> ScenarioSpec:
             "symptom": "tpot_high",
             "suspect_version": None,
             "evidence": [
-                "TPOT p50 up ~45 % at the same request rate",
+                "TPOT p50 about doubles at the same request rate",
                 "DCGM SM clock down from 1980 to ~1290 MHz",
                 "no deploy in the window",
             ],
