@@ -64,6 +64,8 @@ class Section:
     table: pl.DataFrame | None = None
     figure: Any = None  # plotly figure
     extra_figures: list[Any] = field(default_factory=list)
+    extra_findings: list[Finding] = field(default_factory=list)
+    style: Callable[[Any], Any] | None = None  # pandas DataFrame -> Styler
 
     def _ipython_display_(self) -> None:
         from IPython.display import Markdown, display
@@ -74,11 +76,14 @@ class Section:
         if f.missing:
             display(Markdown("Missing evidence: " + "; ".join(_md_escape(m) for m in f.missing)))
         if self.table is not None and self.table.height:
-            display(self.table.to_pandas().style.hide(axis="index").format(precision=4))
+            frame = self.table.to_pandas()
+            display(self.style(frame) if self.style else frame.style.hide(axis="index").format(precision=4))
         for fig in [self.figure, *self.extra_figures]:
             if fig is not None:
                 fig.show()
         record(f)
+        for extra in self.extra_findings:
+            record(extra)
 
 
 def _md_escape(text: str) -> str:
@@ -495,53 +500,16 @@ def triage(ctx: Context) -> Section:
                 f"; {len(unchecked)} of {len(res.results)} rows could not be checked (evidence missing)"
             )
         status = "missing" if 2 * len(unchecked) > len(res.results) else "ok"
-    fig = None
-    it = ev.interference
-    if (
-        top
-        and top.row.direction == "prefill_decode_interference"
-        and it.series is not None
-        and it.series.height
-    ):
-        fig = figures.two_axes(
-            (
-                f"long prompts (>{it.long_threshold_tokens:g} tok) arriving",
-                it.series.select("ts", pl.col("long_arrivals").alias("value")),
-            ),
-            (
-                f"ITL gaps > {it.stall_threshold_s:g} s",
-                it.series.select("ts", pl.col("itl_stalls").alias("value")),
-            ),
-            title="Long-prompt arrivals vs ITL stalls (per 2 min)",
-            left_title="requests",
-            right_title="ITL stalls",
-            window=inc.window,
-        )
-    elif top and top.row.direction == "release_regression":
-        fig = figures.timeseries(
-            {k: v for k, v in rel.series.items() if k.startswith(("ITL", "TPOT", "E2E"))},
-            title="Shift at the suspect deploy",
-            ytitle="seconds",
-            window=inc.window,
-            baseline=inc.baseline,
-            events=_events(ctx),
-            log_y=True,
-        )
-    elif top and top.row.direction == "scheduler_queueing":
-        from perfkit import signals as S
+    from perfkit.triage.figures import evidence_figure
 
-        step = S.choose_step(rel.span)
-        fig = figures.timeseries(
-            {
-                "waiting requests": S.gauge_series(ctx.engine, "waiting", rel.span, step),
-                "running requests": S.gauge_series(ctx.engine, "running", rel.span, step),
-            },
-            title="Queue length vs running batch",
-            ytitle="requests",
-            window=inc.window,
-            baseline=inc.baseline,
-            events=_events(ctx),
+    figs = []
+    for r in res.confirmed():
+        fig = evidence_figure(
+            r.row.direction, ev, ctx.engine, rel.span, inc.window, inc.baseline, _events(ctx)
         )
+        if fig is not None:
+            figs.append((r.row.direction, fig))
+    fig = figs[0][1] if figs else None
     f = Finding(
         "triage",
         "Triage table",
@@ -550,10 +518,35 @@ def triage(ctx: Context) -> Section:
         data=res.to_json(),
         table=table_from_frame(table),
         figure=_fig_json(fig),
-        figure_caption="evidence for the rank-1 direction" if fig else None,
+        figure_caption=f"evidence for {figs[0][0]} (confirmed)" if figs else None,
         missing=list(res.missing),
     )
-    return Section(f, table, fig)
+    extra = [
+        Finding(
+            f"evidence-{direction}",
+            f"Evidence: {direction}",
+            f"what confirmed {direction}",
+            figure=_fig_json(other),
+            figure_caption=f"evidence for {direction} (confirmed)",
+        )
+        for direction, other in figs[1:]
+    ]
+    return Section(
+        f, table, fig, [other for _, other in figs[1:]], extra_findings=extra, style=_verdict_style
+    )
+
+
+VERDICT_COLOURS = {
+    "confirmed": "background-color: #fde2e1",
+    "ruled_out": "color: #6b7280",
+    "inconclusive": "background-color: #fef3c7",
+}
+
+
+def _verdict_style(frame):  # pandas Styler: colour each row by its verdict
+    return frame.style.hide(axis="index").apply(
+        lambda row: [VERDICT_COLOURS.get(row.get("verdict"), "")] * len(row), axis=1
+    )
 
 
 @section("gpu", "GPU state")

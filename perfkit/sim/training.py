@@ -123,7 +123,7 @@ class Cluster:
     nvlink_busbw_gbs: float = 360.0  # all-reduce bus bandwidth inside a node
     nics_per_node: int = 8
     nic_gbps: float = 400.0
-    ib_efficiency: float = 0.8
+    ib_efficiency: float = 0.7
     socket_gbps: float = 100.0  # eth0
     socket_efficiency: float = 0.5
     nodes_per_leaf: int = 4
@@ -136,7 +136,7 @@ class Cluster:
     storage: dict[str, StorageProfile] = field(
         default_factory=lambda: {
             "local": StorageProfile(1.0e-4, 2.0, 12.0, False),  # node-local NVMe dataset cache
-            "network": StorageProfile(4.0e-3, 0.2, 0.07, True),  # shared NFS under the cluster's load
+            "network": StorageProfile(5.0e-3, 0.15, 0.07, True),  # shared NFS under the cluster's load
         }
     )
 
@@ -212,7 +212,7 @@ class LossCurve:
     domains: tuple[float, ...] = (0.22, -0.34, 0.06, -0.12, 0.18)  # offsets of the data sources
     shard_steps: int = 60  # unshuffled: consecutive steps drawn from one source
     spike_hazard: float = 0.05  # spikes per step at instability 1
-    ref_tokens: float = 65536.0  # global tokens per step the noise figure is quoted at
+    ref_tokens: float = 8192.0  # tokens per rank per step the noise figure is quoted at
 
 
 @dataclass(frozen=True)
@@ -498,7 +498,7 @@ class _Sim:
     # -- launches ---------------------------------------------------------------------------------
 
     def launch(self, job: Setup, t_launch: float, t_first: float, step: int, warm: bool) -> Proc:
-        env = self.env(job, t_first)
+        env = self.env(job, max(t_launch, 0.0))
         n = job.gpus
         w = max(job.num_workers, 1)
         ring_len = max(job.num_workers * job.prefetch_factor, 1)
@@ -529,7 +529,6 @@ class _Sim:
         n, host, tr = proc.n, self.host(0), proc.transport
         ip = "10.42.0.11"
         comm_id = int(self.rng.integers(1 << 40, 1 << 62))
-        last = n - 1
         if t >= 0:
             self.log(t - 2.0, f"[{self.stamp(t - 2.0, 'py')}] launcher: starting {n} ranks of {sp.job}")
         for lr in range(min(n, self.gpn)):
@@ -566,16 +565,19 @@ class _Sim:
                 if lr == 0 and n > self.gpn and net:
                     self.log(
                         t,
-                        headt + f"Channel {ch:02d}/0 : {prev}[{prev % self.gpn}] -> {r}[{lr}] [receive] via {net}",
+                        headt
+                        + f"Channel {ch:02d}/0 : {prev}[{prev % self.gpn}] -> {r}[{lr}] [receive] via {net}",
                     )
                 if lr == self.gpn - 1 and n > self.gpn and net:
                     self.log(
-                        t, headt + f"Channel {ch:02d}/0 : {r}[{lr}] -> {nxt}[{nxt % self.gpn}] [send] via {net}"
+                        t,
+                        headt + f"Channel {ch:02d}/0 : {r}[{lr}] -> {nxt}[{nxt % self.gpn}] [send] via {net}",
                     )
                 else:
                     self.log(
                         t,
-                        headt + f"Channel {ch:02d}/0 : {r}[{lr}] -> {nxt}[{nxt % self.gpn}] via P2P/CUMEM/read",
+                        headt
+                        + f"Channel {ch:02d}/0 : {r}[{lr}] -> {nxt}[{nxt % self.gpn}] via P2P/CUMEM/read",
                     )
             self.log(t + 1.2, headt + "Connected all rings")
             self.log(
@@ -583,8 +585,6 @@ class _Sim:
                 headt + f"comm 0x{ptr:x} rank {r} nranks {n} cudaDev {lr} nvmlDev {lr} busId {busid:x} "
                 f"commId 0x{comm_id:x} - Init COMPLETE",
             )
-        if last < 0:  # pragma: no cover
-            return
 
     def resume_step(self, step: int) -> int:
         return (step // self.spec.ckpt_every) * self.spec.ckpt_every
@@ -626,15 +626,21 @@ class _Sim:
         proc.batches += 1
         return wait, cpu, per_batch - cpu
 
-    def lengths(self, env: Setup, step: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(padded length fraction, real-token fraction) per rank: 1 when packed."""
+    def lengths(self, env: Setup, step: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per rank, as fractions of seq_len: (largest padded micro-batch, mean padded, mean real length).
+
+        Packed sequences are always full; unpacked micro-batches are padded to their longest sample.
+        """
         if env.packed:
-            return np.ones(n), np.ones(n)
-        g = self.data_rng(step)
+            one = np.ones(n)
+            return one, one, one
+        g = np.random.default_rng([self.spec.seed, 2_000_003, step])
         draws = np.minimum(
-            1.0, g.lognormal(math.log(env.length_median), env.length_sigma, (n, env.micro_batch))
+            1.0,
+            g.lognormal(math.log(env.length_median), env.length_sigma, (n, env.grad_accum, env.micro_batch)),
         )
-        return draws.max(axis=1), draws.mean(axis=1)
+        padded = draws.max(axis=2)
+        return padded.max(axis=1), padded.mean(axis=1), draws.mean(axis=(1, 2))
 
     def loss(self, env: Setup, proc: Proc, step: int, n: int, t: float) -> tuple[np.ndarray, float]:
         sp, lc = self.spec, self.spec.loss
@@ -660,11 +666,11 @@ class _Sim:
         if env.shuffle:
             order = 0.0
         else:
-            shard = step // lc.shard_steps
-            d = int(np.random.default_rng([sp.seed, 77, shard]).integers(0, dom.size))
+            shard = step // lc.shard_steps  # shards are read in name order: sources take turns
+            d = shard % dom.size
             within = step - shard * lc.shard_steps
             order = dom[d] + 0.12 * math.exp(-within / 8.0) - 0.04 * (1 - math.exp(-within / 25.0))
-        noise_scale = lc.noise * math.sqrt(lc.ref_tokens / max(tokens_step / n * 8, 1.0))
+        noise_scale = lc.noise * math.sqrt(lc.ref_tokens / max(tokens_step / env.gpus, 1.0))
         local = base + drift + order + spike + self.inst_x + g.standard_normal(n) * noise_scale
         while self.bad and self.bad[0] <= t:
             self.bad.pop(0)
@@ -674,10 +680,11 @@ class _Sim:
     def step(self, proc: Proc, env: Setup, t: float, step: int) -> dict[str, Any]:
         m, c, n = self.m, self.c, proc.n
         wait, cpu_batch, io_batch = self.loader(proc, env, t)
-        frac, real = self.lengths(env, step, n)
-        comp = np.array([compute_seconds(m, env, c, float(f)) for f in frac]) if not env.packed else None
-        if comp is None:
+        frac, mean_pad, real = self.lengths(env, step, n)
+        if env.packed:
             comp = np.full(n, compute_seconds(m, env, c))
+        else:
+            comp = np.array([compute_seconds(m, env, c, float(f)) for f in mean_pad])
         comp = comp * (1.0 + 0.008 * self.rng.standard_normal(n))
         arrive = t + wait + comp
         comm_s = comm_seconds(m, env, c, proc.transport) * (1.0 + 0.03 * self.rng.standard_normal())
@@ -794,7 +801,11 @@ class _Sim:
                 f"[rank{lr}]:{self.stamp(t_err, 'nccl')} {host}:{pid}:{tid} [{lr}] transport/net_ib.cc:1696 "
                 f"NCCL WARN {warn}",
             )
-            for where in ("transport/net.cc:1134 -> 6", "proxy.cc:679 -> 6", "proxy.cc:858 -> 6 [Proxy Thread]"):
+            for where in (
+                "transport/net.cc:1134 -> 6",
+                "proxy.cc:679 -> 6",
+                "proxy.cc:858 -> 6 [Proxy Thread]",
+            ):
                 self.log(t_err, f"[rank{lr}]:{host}:{pid}:{tid} [{lr}] NCCL INFO {where}")
             for line in (
                 "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
@@ -818,7 +829,8 @@ class _Sim:
                 ran = int(round((ts - t_hang) * 1000))
                 self.log(
                     ts,
-                    head + f"[Rank {lr}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
+                    head
+                    + f"[Rank {lr}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
                     f"OpType=ALLREDUCE, NumelIn={numel}, NumelOut={numel}, "
                     f"Timeout(ms)={int(sp.nccl_timeout_s * 1000)}) ran for {ran} milliseconds before timing out.",
                 )
@@ -835,7 +847,10 @@ class _Sim:
                     "subsequent GPU operations might run on corrupted/incomplete data.",
                 )
             if sp.launcher == "srun":
-                self.log(t_to + 1.0, f"srun: error: {host}: tasks 0-{min(n, self.gpn) - 1}: Exited with exit code 1")
+                self.log(
+                    t_to + 1.0,
+                    f"srun: error: {host}: tasks 0-{min(n, self.gpn) - 1}: Exited with exit code 1",
+                )
         proc.hang = (t_hang, float(np.max(np.minimum(exit_t, t_stop))))
         proc.t_exit = np.minimum(exit_t, t_stop)
         return float(np.max(proc.t_exit))
@@ -994,7 +1009,15 @@ class _Sim:
         def vec(key: str) -> np.ndarray:
             return np.asarray([r[key] for r in rows], dtype=float)
 
-        node_keys = ("main_user", "worker_user", "worker_io", "workers", "storage_bytes", "ib_bytes", "socket_bytes")
+        node_keys = (
+            "main_user",
+            "worker_user",
+            "worker_io",
+            "workers",
+            "storage_bytes",
+            "ib_bytes",
+            "socket_bytes",
+        )
         return TrainingRun(
             spec=self.spec,
             t_start=vec("t_start"),
@@ -1062,7 +1085,9 @@ class _Out:
     def __init__(self) -> None:
         self.series: dict[str, Series] = {}
 
-    def put(self, name: str, kind: str, help_: str, sample: str, labels: dict[str, str], ts: float, v) -> None:
+    def put(
+        self, name: str, kind: str, help_: str, sample: str, labels: dict[str, str], ts: float, v
+    ) -> None:
         s = self.series.get(name)
         if s is None:
             s = self.series[name] = Series(name, kind, help_)
@@ -1103,7 +1128,6 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
         if k < 0:
             continue
         row = idx[k]
-        nodes = max(1, math.ceil(p.n / gpn))
         ranks = [r for r in range(p.n) if r < gpn * sp.observed_nodes or r % gpn == 0]
         for r in ranks:
             if t >= p.t_exit[r]:
@@ -1121,12 +1145,12 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
                 out.put(name, kind, help_, name, labels, t0 + t, v)
             for name, cum in (("train_tokens", cum_tokens), ("train_samples", cum_samples)):
                 kind, help_ = TRAIN_METRICS[name]
-                out.put(f"{name}_total", kind, help_, f"{name}_total", labels, t0 + t, round(float(cum[row, r])))
-        del nodes
+                out.put(
+                    f"{name}_total", kind, help_, f"{name}_total", labels, t0 + t, round(float(cum[row, r]))
+                )
 
     # -- dcgm-exporter (observed nodes' GPUs) -------------------------------------------------------------
     times = np.arange(3.107, sp.duration_s, si)
-    fb_total = c.fb_total_mib
     fb_cap = c.torch_capacity_gib * 1024
     for node in range(sp.observed_nodes):
         host = f"{c.hostname_prefix}{node + 1:02d}"
@@ -1175,13 +1199,18 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
                 power = (72 + 560 * compute[i] + 95 * spin_share) * jit if alive else 63 + rng.random()
                 vals = [
                     ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", util),
-                    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.",
-                     round(min(1.0, busy[i] * 0.985), 4) if alive else 0.0),
-                    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor pipe is active.",
-                     round(tensor, 4)),
+                    (
+                        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                        "Ratio of time the graphics engine is active.",
+                        round(min(1.0, busy[i] * 0.985), 4) if alive else 0.0,
+                    ),
+                    (
+                        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+                        "Ratio of cycles the tensor pipe is active.",
+                        round(tensor, 4),
+                    ),
                     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", round(used)),
-                    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
-                     round(fb_total - (fb_total - fb_cap) - used)),
+                    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", round(fb_cap - used)),
                     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", round(min(power, 699.0), 1)),
                     ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", 0),
                 ]
@@ -1217,11 +1246,11 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
                     spin_cores += np.clip(np.minimum(times, h1) - np.maximum(times - si, h0), 0.0, None)
     ncpu = c.node_cpus
     cap = ncpu * si
-    cpu_tot = np.zeros((ncpu, 4))  # user, system, iowait, idle
-    rx = tx = 0.0
-    ib_rx = np.zeros(c.nics_per_node)
-    ib_tx = np.zeros(c.nics_per_node)
     for node in range(sp.observed_nodes):
+        cpu_tot = np.zeros((ncpu, 4))  # user, system, iowait, idle
+        rx = tx = 0.0
+        ib_rx = np.zeros(c.nics_per_node)
+        ib_tx = np.zeros(c.nics_per_node)
         instance = f"{c.hostname_prefix}{node + 1:02d}:9100"
         for i, t in enumerate(times):
             p = alive_proc(t)
@@ -1230,7 +1259,9 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
             if p is not None:
                 system += 0.02 * cap
             user, system = min(user, 0.97 * cap), min(system, 0.3 * cap)
-            iowait = min(worker_io[i] * (0.9 if storage[i] > 0 else 0.02), max(0.0, cap - user - system) * 0.95)
+            iowait = min(
+                worker_io[i] * (0.9 if storage[i] > 0 else 0.02), max(0.0, cap - user - system) * 0.95
+            )
             # CPU-bound workers pin their cores (CFS keeps a busy process on its core)
             duty = worker_user[i] / (workers[i] * si)
             pegged = int(round(workers[i])) if duty > 0.9 and workers[i] < ncpu - 2 else 0
@@ -1262,9 +1293,19 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
                     )
             rx += 1.6e6 * si + storage[i] + sock[i]
             tx += 0.9e6 * si + sock[i] + ckpt[i]
-            for name, v in (("node_network_receive_bytes_total", rx), ("node_network_transmit_bytes_total", tx)):
-                out.put(name, "counter", "Network device statistic.", name, {"device": "eth0", "instance": instance},
-                        t0 + t, round(v))
+            for name, v in (
+                ("node_network_receive_bytes_total", rx),
+                ("node_network_transmit_bytes_total", tx),
+            ):
+                out.put(
+                    name,
+                    "counter",
+                    "Network device statistic.",
+                    name,
+                    {"device": "eth0", "instance": instance},
+                    t0 + t,
+                    round(v),
+                )
             env = run.spec.setup
             for ph in sp.phases:
                 if ph.start_s <= t < ph.end_s:
@@ -1273,15 +1314,33 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
             ib_tx += ib[i] / c.nics_per_node
             for d in range(c.nics_per_node):
                 labels = {"device": f"mlx5_{d}", "port": "1", "instance": instance}
-                out.put("node_infiniband_port_data_received_bytes_total", "counter",
-                        "Number of data octets received on all links", "node_infiniband_port_data_received_bytes_total",
-                        labels, t0 + t, round(float(ib_rx[d])))
-                out.put("node_infiniband_port_data_transmitted_bytes_total", "counter",
-                        "Number of data octets transmitted on all links",
-                        "node_infiniband_port_data_transmitted_bytes_total", labels, t0 + t, round(float(ib_tx[d])))
-                out.put("node_infiniband_state_id", "gauge",
-                        "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
-                        "node_infiniband_state_id", labels, t0 + t, 4 if env.ib_up else 1)
+                out.put(
+                    "node_infiniband_port_data_received_bytes_total",
+                    "counter",
+                    "Number of data octets received on all links",
+                    "node_infiniband_port_data_received_bytes_total",
+                    labels,
+                    t0 + t,
+                    round(float(ib_rx[d])),
+                )
+                out.put(
+                    "node_infiniband_port_data_transmitted_bytes_total",
+                    "counter",
+                    "Number of data octets transmitted on all links",
+                    "node_infiniband_port_data_transmitted_bytes_total",
+                    labels,
+                    t0 + t,
+                    round(float(ib_tx[d])),
+                )
+                out.put(
+                    "node_infiniband_state_id",
+                    "gauge",
+                    "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
+                    "node_infiniband_state_id",
+                    labels,
+                    t0 + t,
+                    4 if env.ib_up else 1,
+                )
     return out, [line for _, line in run.logs]
 
 
@@ -1299,7 +1358,11 @@ def compress(spec: TrainingSpec, duration_s: float) -> TrainingSpec:
         changes=tuple(replace(ch, at_s=ch.at_s * k) for ch in spec.changes),
         phases=tuple(replace(p, start_s=p.start_s * k, end_s=p.end_s * k) for p in spec.phases),
         crashes=tuple(
-            replace(cr, at_s=cr.at_s * k, relaunch_after_s=None if cr.relaunch_after_s is None else cr.relaunch_after_s * k)
+            replace(
+                cr,
+                at_s=cr.at_s * k,
+                relaunch_after_s=None if cr.relaunch_after_s is None else cr.relaunch_after_s * k,
+            )
             for cr in spec.crashes
         ),
         notes=tuple((at * k, kind, detail) for at, kind, detail in spec.notes),
@@ -1378,10 +1441,17 @@ def _write_incident(spec: TrainingSpec, run: TrainingRun, out: Path) -> None:
         "title": spec.title,
         "service": spec.job,
         "model": spec.model.name,
-        "window": {"start": iso(spec.at(spec.window[0])), "end": iso(spec.at(min(spec.window[1], spec.duration_s)))},
+        "window": {
+            "start": iso(spec.at(spec.window[0])),
+            "end": iso(spec.at(min(spec.window[1], spec.duration_s))),
+        },
         "baseline": {"start": iso(spec.at(spec.baseline[0])), "end": iso(spec.at(spec.baseline[1]))},
         "slo": dict(spec.slo),
-        "hardware": {"gpu": spec.cluster.gpu, "count": gpus, "usd_per_gpu_hour": spec.cluster.usd_per_gpu_hour},
+        "hardware": {
+            "gpu": spec.cluster.gpu,
+            "count": gpus,
+            "usd_per_gpu_hour": spec.cluster.usd_per_gpu_hour,
+        },
         "generator": {
             "scenario": spec.id,
             "seed": spec.seed,
@@ -1390,5 +1460,7 @@ def _write_incident(spec: TrainingSpec, run: TrainingRun, out: Path) -> None:
     }
     (out / "incident.yaml").write_text(yaml.safe_dump(incident, sort_keys=False), encoding="utf-8")
     answer = {"scenario": spec.id, "difficulty": spec.difficulty, "brief": spec.brief, **spec.answer}
-    (out / "answer.yaml").write_text(yaml.safe_dump(answer, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    (out / "answer.yaml").write_text(
+        yaml.safe_dump(answer, sort_keys=False, allow_unicode=True), encoding="utf-8"
+    )
     del run
