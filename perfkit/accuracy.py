@@ -29,7 +29,9 @@ class Graded:
     def correct(self) -> bool:
         if self.control:
             return not self.confirmed
-        return self.got == self.want and (self.want_version is None or self.got_version == self.want_version)
+        if self.want == "release_regression":
+            return self.got == self.want and self.got_version == self.want_version
+        return self.got == self.want  # a version in other answer keys names the trigger, not the direction
 
     @property
     def false_confirmations(self) -> list[str]:

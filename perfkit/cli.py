@@ -284,18 +284,25 @@ def capture(out: str, match: str | None, **live: Any) -> None:
 )
 def generate(names: tuple[str, ...], all_: bool, out: str) -> None:
     """Simulate embedded incident scenarios into bundles (seeded: same input, same bundle)."""
-    from perfkit.sim.bundle import generate as gen
+    from perfkit.sim.bundle import generate as gen_inference
     from perfkit.sim.scenarios import SCENARIOS
+    from perfkit.sim.training import generate as gen_training
+    from perfkit.sim.training_scenarios import TRAINING_SCENARIOS
 
-    chosen = list(SCENARIOS) if all_ else list(names)
-    unknown = [n for n in chosen if n not in SCENARIOS]
+    every = {
+        **{k: (v, gen_inference) for k, v in SCENARIOS.items()},
+        **{k: (v, gen_training) for k, v in TRAINING_SCENARIOS.items()},
+    }
+    chosen = list(every) if all_ else list(names)
+    unknown = [n for n in chosen if n not in every]
     if unknown or not chosen:
-        raise click.BadParameter(f"choose from {', '.join(SCENARIOS)} (or --all)", param_hint="NAMES")
+        raise click.BadParameter(f"choose from {', '.join(every)} (or --all)", param_hint="NAMES")
     for name in chosen:
-        facts = gen(SCENARIOS[name](), Path(out) / name)
+        spec, gen = every[name]
+        facts = gen(spec(), Path(out) / name)
         click.echo(
-            f"{name}: {facts['requests']} requests, {facts['lines']} metric lines, "
-            f"simulated in {facts['simulate_s']:.1f} s → {Path(out) / name}"
+            f"{name}: {facts.get('lines', 0)} metric lines, simulated in {facts['simulate_s']:.1f} s "
+            f"→ {Path(out) / name}"
         )
 
 

@@ -51,6 +51,11 @@ GAUGES: dict[str, tuple[str, ...]] = {
     "sm_clock": ("DCGM_FI_DEV_SM_CLOCK",),
     "gpu_temp": ("DCGM_FI_DEV_GPU_TEMP",),
     "xid": ("DCGM_FI_DEV_XID_ERRORS",),
+    # training jobs (perfkit's documented names; perfkit/train_exporter.py exports them)
+    "train_step": ("train_step_duration_seconds",),
+    "train_data_wait": ("train_data_wait_seconds",),
+    "train_comm": ("train_comm_seconds",),
+    "train_loss": ("train_loss",),
 }
 COUNTERS: dict[str, tuple[str, ...]] = {
     "prompt_tokens_total": ("vllm:prompt_tokens_total",),
@@ -62,6 +67,10 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "node_cpu": ("node_cpu_seconds_total",),
     "net_rx": ("node_network_receive_bytes_total",),
     "net_tx": ("node_network_transmit_bytes_total",),
+    "ib_rx": ("node_infiniband_port_data_received_bytes_total",),
+    "ib_tx": ("node_infiniband_port_data_transmitted_bytes_total",),
+    "train_tokens": ("train_tokens_total",),
+    "train_samples": ("train_samples_total",),
 }
 #: what each source is recognised by, for completeness
 SOURCES: dict[str, tuple[str, ...]] = {

@@ -27,12 +27,19 @@ Physics of one step (every rank ``r`` of ``N``; seconds)::
   hides up to ``prefetch * worker time`` of jitter, and only a supply rate below the consumption
   rate makes the step wait. CPU-bound workers pin their cores (node ``user`` time); workers blocked
   on network storage leave their cores idle with I/O pending (``iowait``) and pull the data
-  through ``eth0``.
+  through ``eth0``. In a synchronous job the slowest rank sets the pace: ranks whose queues are
+  full reach the collective first and wait there, so a starved pipeline shows as data wait on the
+  laggard (the max over ranks) and as ``train_comm_seconds`` on its peers.
 * **Bus bandwidth**: NVLink inside a node; across nodes the node's NICs (``nics * nic_gbps *
   efficiency``, GPUDirect RDMA), divided by the spine oversubscription once the job spans more
   nodes than one leaf switch holds; over ``NET/Socket`` (InfiniBand down at launch) a single
   ``eth0``. NCCL picks its transport when the communicator is created: a job that fell back to
-  Socket stays there until relaunched, even after the fabric is back.
+  Socket stays there until relaunched, even after the fabric is back. RDMA bypasses the kernel, so
+  all-reduce traffic over IB shows in node-exporter's ``node_infiniband_port_data_*_bytes_total``
+  (and ``node_infiniband_state_id``), not in ``node_network_*_bytes_total``; Socket traffic does
+  show on ``eth0``. A collective in flight when IB fails errors on the ranks with network peers
+  (``NET/IB : Got completion ... error 12``) and hangs on the others until the ProcessGroupNCCL
+  watchdog's timeout.
 * **GPU state** (dcgm-exporter): ``DCGM_FI_DEV_GPU_UTIL`` is the share of wall time a kernel ran,
   compute *or NCCL* (NCCL kernels spin while they wait for peers: a hung collective reads 100 %);
   ``PIPE_TENSOR_ACTIVE`` follows the compute share only. ``FB_USED`` is the caching allocator's
@@ -42,8 +49,8 @@ Physics of one step (every rank ``r`` of ``N``; seconds)::
 * **Loss**: ``L_inf + A * (tokens_seen / 1e9) ** -alpha`` plus batch noise drawn from the data
   order (the same step sees the same batch after a restart), plus a domain offset per shard when
   shuffling is off (periodic oscillation), plus instability when the learning rate exceeds the
-  edge of stability or a relaunch resets the optimizer without warmup: an AR(1) oscillation and
-  spikes that decay over tens of steps.
+  edge of stability or a relaunch jumps to a higher LR without warmup: an AR(1) oscillation and
+  spikes that decay over tens of steps. A corrupted batch raises one rank's loss for one step.
 * **Restarts**: a relaunch (config change, crash, OOM, collective failure) loses the steps since
   the last checkpoint; counters restart at zero with the process; while a process is down its
   ``train_*`` series are absent and its GPUs idle.
@@ -52,7 +59,7 @@ Scrapes every ``scrape_interval_s``: ``train_*`` for every rank of the observed 
 rank 0 of the others; dcgm-exporter and node-exporter for the observed nodes (default: the first).
 The node exporter's CPU count is ``Cluster.node_cpus``, a scaled-down host (real 8-GPU hosts have
 96-224 threads): the simulator keeps the ratio of DataLoader demand to CPU capacity, not the count,
-so bundles stay small. Logs are the first node's launcher output (``[rankN]:`` prefixes):
+so bundles stay small (the IB collectors are left out for single-node jobs). Logs are the first node's launcher output (``[rankN]:`` prefixes):
 NCCL INFO/WARN, PyTorch ProcessGroupNCCL watchdog, DataLoader and CUDA OOM errors, and rank 0's
 periodic step line (:data:`STEP_LINE`).
 """
@@ -79,6 +86,8 @@ GIB = float(1 << 30)
 MIB = float(1 << 20)
 DDP_BUCKET_BYTES = 25 * MIB  # torch DDP's default bucket_cap_mb
 H2D_S = 0.004  # pinned host->device copy of a batch
+LEAD_S = 60.0  # simulated before t=0 so the first scrape intervals are full
+WARM_STEPS = 7_500  # steps a process running before the scenario has already made
 
 #: rank 0's periodic line; a parser can use this regex (groups: step, loss, lr, step_time, data_wait, tps)
 STEP_LINE = (
@@ -159,7 +168,7 @@ class Setup:
     length_sigma: float = 0.6
     lr: float = 3e-4
     lr_stable: float = 4.5e-4  # above this peak LR the run sits past the edge of stability
-    warmup_steps: int = 200  # LR warmup after each launch (the optimizer state is re-created)
+    warmup_steps: int = 200  # a launch with a new LR ramps to it over this many steps (0: jumps)
     shuffle: bool = True
     sample_cpu_s: float = 0.002  # core-seconds to decode/tokenize/augment one sample
     sample_files: int = 1
@@ -211,7 +220,7 @@ class LossCurve:
     noise: float = 0.03  # std of one rank's batch loss around the curve
     domains: tuple[float, ...] = (0.22, -0.34, 0.06, -0.12, 0.18)  # offsets of the data sources
     shard_steps: int = 60  # unshuffled: consecutive steps drawn from one source
-    spike_hazard: float = 0.05  # spikes per step at instability 1
+    spike_hazard: float = 0.03  # spikes per step at instability 1
     ref_tokens: float = 8192.0  # tokens per rank per step the noise figure is quoted at
 
 
@@ -407,6 +416,8 @@ class Proc:
     worker_free: np.ndarray
     ring: np.ndarray
     loader_t0: float
+    lr_from: float = 0.0  # the LR the previous launch ran at (a new LR is ramped from it)
+    warm: bool = False  # running since before the scenario
     batches: int = 0
     hang: tuple[float, float] | None = None  # a collective that never completes: (start, end)
 
@@ -467,7 +478,6 @@ class _Sim:
         self.inst_x = 0.0  # AR(1) oscillation state
         self.spikes: list[tuple[int, float]] = []  # (step it started, amplitude)
         self.bad = sorted(spec.bad_batches)
-        self.ckpt_tokens = 0.0
         self.tps_window: list[tuple[float, float]] = []
 
     # -- helpers --------------------------------------------------------------------------------
@@ -516,11 +526,16 @@ class _Sim:
             worker_free=np.full((n, w), -1e9 if warm else t_first - 1.0),
             ring=np.full((n, ring_len), -1e9 if warm else t_first - 1.0),
             loader_t0=-1e9 if warm else t_first - 1.0,
+            lr_from=self.procs[-1].setup.lr if self.procs else job.lr,
         )
+        if warm:
+            proc.first_step = step - WARM_STEPS  # long past any warmup
+            proc.warm = True
         self.procs.append(proc)
+        self.tps_window = []
         if t_first > t_launch:
             self.segments.append((t_launch, t_first, {"main_user": 0.6 * min(n, self.gpn)}))
-        self.nccl_init(proc, env, t_launch + min(8.0, 0.3 * (t_first - t_launch)) if not warm else -60.0)
+        self.nccl_init(proc, env, t_launch + min(8.0, 0.3 * (t_first - t_launch)))
         return proc
 
     def nccl_init(self, proc: Proc, env: Setup, t: float) -> None:
@@ -529,8 +544,7 @@ class _Sim:
         n, host, tr = proc.n, self.host(0), proc.transport
         ip = "10.42.0.11"
         comm_id = int(self.rng.integers(1 << 40, 1 << 62))
-        if t >= 0:
-            self.log(t - 2.0, f"[{self.stamp(t - 2.0, 'py')}] launcher: starting {n} ranks of {sp.job}")
+        self.log(t - 2.0, f"[{self.stamp(t - 2.0, 'py')}] launcher: starting {n} ranks of {sp.job}")
         for lr in range(min(n, self.gpn)):
             r = lr
             pid = proc.pid0 + lr
@@ -649,15 +663,17 @@ class _Sim:
         seen = lc.tokens_seen_b + (step - sp.start_step) * tokens_step / 1e9
         base = lc.l_inf + lc.a * max(seen, 1.0) ** (-lc.alpha)
         k = step - proc.first_step
-        warm = min(1.0, (k + 1) / env.warmup_steps) if env.warmup_steps > 0 else 1.0
-        lr = env.lr * warm
+        lr = env.lr
+        if env.warmup_steps > 0 and k < env.warmup_steps:
+            lr = proc.lr_from + (env.lr - proc.lr_from) * (k + 1) / env.warmup_steps
         level = max(0.0, lr / env.lr_stable - 1.0) * 2.0
-        if env.warmup_steps == 0:
-            level += 1.5 * math.exp(-k / 150.0)  # fresh Adam moments at full LR
+        if env.warmup_steps == 0 and env.lr > proc.lr_from:
+            # an abrupt LR jump: Adam's moments were tuned to the old step size
+            level += 0.8 * (env.lr / proc.lr_from - 1.0) * math.exp(-k / 120.0)
         # instability: an AR(1) oscillation and spikes that decay over tens of steps
         self.inst_x = 0.93 * self.inst_x + self.rng.standard_normal() * 0.02 * level
         if level > 0 and self.rng.random() < lc.spike_hazard * level**1.5:
-            self.spikes.append((step, base * self.rng.uniform(0.08, 0.45) * min(1.5, level)))
+            self.spikes.append((step, base * self.rng.uniform(0.05, 0.3) * min(1.0, level)))
         self.spikes = [(s0, a) for s0, a in self.spikes if step - s0 < 200 and step >= s0]
         spike = sum(a * math.exp(-(step - s0) / 18.0) for s0, a in self.spikes)
         drift = 0.05 * level
@@ -674,7 +690,8 @@ class _Sim:
         local = base + drift + order + spike + self.inst_x + g.standard_normal(n) * noise_scale
         while self.bad and self.bad[0] <= t:
             self.bad.pop(0)
-            local[int(g.integers(0, n))] += base * 2.6  # a corrupted batch on one rank
+            local[int(g.integers(0, n))] += base * 2.6  # a corrupted batch on one rank ...
+            self.spikes.append((step + 1, base * 0.15))  # ... and the clipped update it caused decays
         return local, lr
 
     def step(self, proc: Proc, env: Setup, t: float, step: int) -> dict[str, Any]:
@@ -784,7 +801,12 @@ class _Sim:
         sp, host = self.spec, self.host(0)
         n = proc.n
         t_err = t_hang + sp.ib_error_s
-        numel = int(2 * self.m.params / max(self.m.layers, 1) / 2)
+        if proc.setup.zero_stage == 3:
+            op, numel_in = "_REDUCE_SCATTER_BASE", int(self.m.params / self.m.layers)
+            numel_out = numel_in // n
+        else:
+            op, numel_in = "ALLREDUCE", int(DDP_BUCKET_BYTES / 2)
+            numel_out = numel_in
         net_ranks = [0, self.gpn - 1] if n > self.gpn else []
         exit_t = np.full(n, t_hang + sp.nccl_timeout_s + 0.12)
         for lr in net_ranks:
@@ -817,6 +839,8 @@ class _Sim:
             ):
                 self.log(t_err + 0.4, f"[rank{lr}]: {line}")
             exit_t[lr] = t_err + 0.5
+        if sp.launcher == "srun" and net_ranks and t_err < t_stop:
+            self.log(t_err + 1.0, f"srun: error: {host}: tasks {_tasks(net_ranks)}: Exited with exit code 1")
         if sp.launcher == "torchrun" and net_ranks and t_err < t_stop:
             exit_t[:] = np.minimum(exit_t, t_err + 2.0)  # the elastic agent tears the group down
         t_to = t_hang + sp.nccl_timeout_s
@@ -831,7 +855,7 @@ class _Sim:
                     ts,
                     head
                     + f"[Rank {lr}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
-                    f"OpType=ALLREDUCE, NumelIn={numel}, NumelOut={numel}, "
+                    f"OpType={op}, NumelIn={numel_in}, NumelOut={numel_out}, "
                     f"Timeout(ms)={int(sp.nccl_timeout_s * 1000)}) ran for {ran} milliseconds before timing out.",
                 )
                 self.log(
@@ -847,10 +871,9 @@ class _Sim:
                     "subsequent GPU operations might run on corrupted/incomplete data.",
                 )
             if sp.launcher == "srun":
-                self.log(
-                    t_to + 1.0,
-                    f"srun: error: {host}: tasks 0-{min(n, self.gpn) - 1}: Exited with exit code 1",
-                )
+                hung = [lr for lr in range(min(n, self.gpn)) if exit_t[lr] > t_to]
+                if hung:
+                    self.log(t_to + 1.0, f"srun: error: {host}: tasks {_tasks(hung)}: Aborted (core dumped)")
         proc.hang = (t_hang, float(np.max(np.minimum(exit_t, t_stop))))
         proc.t_exit = np.minimum(exit_t, t_stop)
         return float(np.max(proc.t_exit))
@@ -864,9 +887,9 @@ class _Sim:
         changes = sorted(sp.changes, key=lambda ch: ch.at_s)
         crashes = sorted(sp.crashes, key=lambda cr: cr.at_s)
         ci = ki = 0
-        t = 0.0
+        t = -LEAD_S  # the job ran before the scenario: start early so the first scrapes see steady state
         step = sp.start_step
-        proc: Proc | None = self.launch(job, -sp.restart_s, 0.0, step, warm=True)
+        proc: Proc | None = self.launch(job, t - sp.restart_s, t, step, warm=True)
         seq = 48_000 + int(self.rng.integers(0, 2000))
         while t < end:
             nxt_change = changes[ci].at_s if ci < len(changes) else math.inf
@@ -1045,6 +1068,13 @@ def simulate(spec: TrainingSpec) -> TrainingRun:
     return _Sim(spec).run()
 
 
+def _tasks(ranks: list[int]) -> str:
+    """srun's task list: 1-6 for a run, 0,7 otherwise."""
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(str(r) for r in ranks)
+
+
 def _size(b: float) -> str:
     """PyTorch's format_size: bytes, KiB, MiB or GiB with two decimals."""
     if b < 1024:
@@ -1065,16 +1095,15 @@ def _cum(starts: np.ndarray, ends: np.ndarray, amounts: np.ndarray, at: np.ndarr
         return np.zeros_like(at)
     order = np.argsort(starts, kind="stable")
     s, e, a = starts[order], np.maximum(ends[order], starts[order]), amounts[order]
-    total = at * 0.0
-    # segments may overlap (startup and checkpoint writes): integrate each piece separately and sum
     done = np.concatenate([[0.0], np.cumsum(a)])
-    # for non-overlapping sorted segments a piecewise-linear interpolation is exact
+    # sorted, non-overlapping segments (the steps): a piecewise-linear interpolation is exact
     xp = np.empty(2 * s.size)
     fp = np.empty(2 * s.size)
     xp[0::2], xp[1::2] = s, e
     fp[0::2], fp[1::2] = done[:-1], done[1:]
     if np.all(np.diff(xp) >= 0):
         return np.interp(at, xp, fp, left=0.0, right=done[-1])
+    total = np.zeros_like(at)  # overlapping (startups, checkpoint writes): integrate piece by piece
     for si, ei, ai in zip(s, e, a, strict=True):
         width = ei - si
         total += ai * (np.clip((at - si) / width, 0.0, 1.0) if width > 0 else (at >= si))
@@ -1106,10 +1135,13 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
     bounds = {p.idx: np.flatnonzero(run.proc == p.idx) for p in procs}
     cum_tokens = np.zeros_like(run.tokens)
     cum_samples = np.zeros_like(run.samples)
-    for idx in bounds.values():
+    for p in procs:
+        idx = bounds[p.idx]
         if idx.size:
-            cum_tokens[idx] = np.nancumsum(run.tokens[idx], axis=0)
-            cum_samples[idx] = np.nancumsum(run.samples[idx], axis=0)
+            # a process that was running before the scenario has hours of tokens behind it
+            before = WARM_STEPS if p.warm else 0
+            cum_tokens[idx] = np.nancumsum(run.tokens[idx], axis=0) + before * run.tokens[idx[0]]
+            cum_samples[idx] = np.nancumsum(run.samples[idx], axis=0) + before * run.samples[idx[0]]
 
     def alive_proc(t: float) -> Proc | None:
         for p in reversed(procs):
@@ -1187,7 +1219,9 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
                 jit = 1.0 + 0.015 * rng.standard_normal()
                 if alive:
                     assert p is not None
-                    sel = peaks_rows[(run.proc[peaks_rows] == p.idx) & (run.t_end[peaks_rows] <= t)]
+                    mine = run.proc[peaks_rows] == p.idx
+                    # the caching allocator keeps its peak; a long-running process has long reached it
+                    sel = peaks_rows[mine if p.warm else mine & (run.t_end[peaks_rows] <= t)]
                     reserved = float(np.max(run.peak[sel, r])) if sel.size else p.states
                     used = min(fb_cap - 180, reserved / MIB * 1.015 + 420)
                 else:
@@ -1246,6 +1280,7 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
                     spin_cores += np.clip(np.minimum(times, h1) - np.maximum(times - si, h0), 0.0, None)
     ncpu = c.node_cpus
     cap = ncpu * si
+    multi_node = any(p.n > gpn for p in procs)
     for node in range(sp.observed_nodes):
         cpu_tot = np.zeros((ncpu, 4))  # user, system, iowait, idle
         rx = tx = 0.0
@@ -1278,8 +1313,11 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
             over = share.sum(axis=1) - si * 0.999
             share[:, 2] -= np.clip(over, 0.0, None)
             share = np.clip(share, 0.0, None)
+            # A CPU has si seconds per scrape interval: never more busy time, so idle never goes backwards.
+            total = share.sum(axis=1, keepdims=True)
+            share = np.where(total > si, share * (si / np.maximum(total, 1e-12)), share)
             cpu_tot[:, :3] += share
-            cpu_tot[:, 3] += si - share.sum(axis=1)
+            cpu_tot[:, 3] += np.clip(si - share.sum(axis=1), 0.0, None)
             for cpu in range(ncpu):
                 for j, mode in enumerate(("user", "system", "iowait", "idle")):
                     out.put(
@@ -1310,6 +1348,8 @@ def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
             for ph in sp.phases:
                 if ph.start_s <= t < ph.end_s:
                     env = replace(env, **ph.set)
+            if not multi_node:  # NCCL stays on NVLink: leave the idle HCAs out (bundle size)
+                continue
             ib_rx += ib[i] / c.nics_per_node
             ib_tx += ib[i] / c.nics_per_node
             for d in range(c.nics_per_node):
@@ -1405,7 +1445,7 @@ def generate(spec: TrainingSpec, out: Path, *, duration_s: float | None = None) 
         n_lines += write_openmetrics(out / "metrics" / f"{target}.om", families)
     (out / "logs" / "train.log").write_text("\n".join(log_lines) + "\n", encoding="utf-8")
     _write_events(spec, out)
-    _write_incident(spec, run, out)
+    _write_incident(spec, out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return {
         "simulate_s": sim_s,
@@ -1418,9 +1458,7 @@ def generate(spec: TrainingSpec, out: Path, *, duration_s: float | None = None) 
 
 def _write_events(spec: TrainingSpec, out: Path) -> None:
     events = [(0.0, "note", spec.initial_version, f"training job {spec.job} running since before the window")]
-    version = spec.initial_version
     for ch in sorted(spec.changes, key=lambda c: c.at_s):
-        version = ch.version or version
         events.append((ch.at_s, ch.kind, ch.version, ch.detail))
     events.extend((at, kind, "", detail) for at, kind, detail in spec.notes)
     events.sort(key=lambda e: e[0])
@@ -1431,7 +1469,7 @@ def _write_events(spec: TrainingSpec, out: Path) -> None:
             w.writerow([iso(spec.at(at)), kind, spec.job, ver, detail])
 
 
-def _write_incident(spec: TrainingSpec, run: TrainingRun, out: Path) -> None:
+def _write_incident(spec: TrainingSpec, out: Path) -> None:
     gpus = spec.setup.gpus
     for ch in sorted(spec.changes, key=lambda c: c.at_s):
         if ch.at_s <= spec.window[1]:
@@ -1463,4 +1501,3 @@ def _write_incident(spec: TrainingSpec, run: TrainingRun, out: Path) -> None:
     (out / "answer.yaml").write_text(
         yaml.safe_dump(answer, sort_keys=False, allow_unicode=True), encoding="utf-8"
     )
-    del run

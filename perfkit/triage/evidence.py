@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from perfkit.analyses.stages import StageBreakdown, breakdown
 from perfkit.frames import LOG_SCHEMA, Window
 from perfkit.incident import Incident
 from perfkit.triage import thresholds as T
+from perfkit.triage.training import gather_training
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Evidence:
     host: dict[str, float | None]
     training: dict[str, Any]
     missing: list[str] = field(default_factory=list)
+    train: Any = None  # perfkit.triage.training.TrainingEvidence
+    oom: dict[str, float] | None = None  # largest CUDA OOM allocation asked for vs free (GiB)
 
     # convenience accessors --------------------------------------------------------------------
     def q(self, side: str, signal: str, q: float) -> float | None:
@@ -177,13 +181,63 @@ def _gpu_host(engine, inc: Incident) -> tuple[dict, dict]:
             continue
         gpu[f"util_{side}"] = S.gauge_stat(engine, "gpu_util", w, "avg", combine="avg")
         gpu[f"tensor_{side}"] = S.gauge_stat(engine, "tensor_active", w, "avg", combine="avg")
+        gpu[f"fb_used_max_{side}"] = S.gauge_stat(engine, "fb_used", w, "max", combine="max")
+        used, free = (
+            S.gauge_stat(engine, "fb_used", w, "avg", combine="avg"),
+            S.gauge_stat(engine, "fb_free", w, "avg", combine="avg"),
+        )
+        gpu[f"fb_total_{side}"] = used + free if used is not None and free is not None else None
         idle = S.counter_rate(engine, "node_cpu", w, mode="idle")
         total = S.counter_rate(engine, "node_cpu", w)
         host[f"cpu_busy_{side}"] = (1 - idle / total) if idle is not None and total else None
+        host[f"cpu_busy_max_{side}"] = _busiest_cpu(engine, w)
+        iowait = S.counter_rate(engine, "node_cpu", w, mode="iowait")
+        host[f"iowait_{side}"] = iowait / total if iowait is not None and total else None
         rx = S.counter_rate(engine, "net_rx", w)
         tx = S.counter_rate(engine, "net_tx", w)
         host[f"net_bytes_per_s_{side}"] = (rx or 0) + (tx or 0) if rx is not None or tx is not None else None
+        # RDMA (InfiniBand/RoCE) bypasses the kernel: collectives show in the IB port counters, not eth0's
+        irx = S.counter_rate(engine, "ib_rx", w)
+        itx = S.counter_rate(engine, "ib_tx", w)
+        host[f"ib_bytes_per_s_{side}"] = (
+            (irx or 0) + (itx or 0) if irx is not None or itx is not None else None
+        )
     return gpu, host
+
+
+def _busiest_cpu(engine, w: Window) -> float | None:
+    """Busy fraction of the busiest CPU over the window (pinned DataLoader workers show here)."""
+    from perfkit.query import ops
+
+    res = S.resolve(engine, "node_cpu")
+    if not res.found:
+        return None
+    expr = ops.aggregate("min", ops.rate(ops.Selector(res.metric).where(mode="idle"), w.seconds), "instance")
+    frame = engine.instant(expr, w.end)
+    if not frame.height:
+        return None
+    return float(1 - frame["value"].min())  # type: ignore[operator]
+
+
+OOM_NUMBERS = re.compile(r"Tried to allocate ([\d.]+) ([KMG])iB.*?of which ([\d.]+) ([KMG])iB is free")
+
+
+def oom_shortfall(logs: pl.DataFrame | None, window: Window) -> dict[str, float] | None:
+    """From CUDA OOM messages: the largest allocation asked for and the free memory then (GiB)."""
+    if logs is None or not logs.height:
+        return None
+    hits = logs.filter(
+        (pl.col("kind") == "cuda_oom") & (pl.col("ts") >= window.start) & (pl.col("ts") <= window.end)
+    )
+    scale = {"K": 1 / 2**20, "M": 1 / 1024, "G": 1.0}
+    best = None
+    for msg in hits["message"].to_list():
+        m = OOM_NUMBERS.search(msg or "")
+        if m:
+            asked, free = float(m.group(1)) * scale[m.group(2)], float(m.group(3)) * scale[m.group(4)]
+            if best is None or asked > best["asked_gib"]:
+                best = {"asked_gib": asked, "free_gib": free}
+    return best
 
 
 TRAINING = ("train_step_duration_seconds", "train_data_wait_seconds", "train_comm_seconds", "train_loss")
@@ -230,6 +284,8 @@ def gather(
         host,
         training,
         missing,
+        gather_training(engine, inc),
+        oom_shortfall(logs, inc.window),
     )
 
 

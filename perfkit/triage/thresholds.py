@@ -39,7 +39,9 @@ LOAD_SHIFT_AT_DEPLOY = 0.2  # a request-rate shift of 20 %+ at the same minute m
 
 # -- GPU and host --------------------------------------------------------------------------
 GPU_LOW_UTIL_PCT = 50.0  # DCGM_FI_DEV_GPU_UTIL average under 50 % during a training/serving incident
-CPU_BUSY_FRAC = 0.8  # host CPUs 80 %+ busy
+CPU_BUSY_FRAC = 0.8  # host CPUs 80 %+ busy on average ...
+BUSIEST_CPU_FRAC = 0.9  # ... or one core pinned at 90 %+ (a CPU-bound DataLoader worker keeps its core)
+IOWAIT_FRAC = 0.2  # ... or 20 %+ of CPU time waiting on I/O (data on slow or network storage)
 NET_RATIO = 1.5  # network throughput 1.5x the baseline
 DATA_WAIT_SHARE = 0.1  # data wait over 10 % of step time (reference §5.3: flag at 5-10 %)
 COMM_SHARE = 0.2  # exposed communication over 20 % of step time (seed §4.1: 20-30 %)
