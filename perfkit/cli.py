@@ -458,7 +458,9 @@ def drill_start(name: str, out: str | None, live: bool, start_lab: bool) -> None
         for line in lab_parameters(server.url, bundle.resolve(), read_incident(bundle / "incident.yaml")):
             key, value = line.split(" = ", 1)
             params[key] = ast.literal_eval(value)
-        runbook = write_parameterized("inference_latency", folder, params)
+        from perfkit.drills import runbook_for
+
+        runbook = write_parameterized(runbook_for(bundle), folder, params)
         click.echo(
             f"live: metrics served by {server.url} (stop with: perfkit lab down prometheus-drill-{name})"
         )

@@ -51,8 +51,17 @@ def start(name: str, out: Path, *, root: Path = SCENARIOS) -> tuple[Path, Path]:
     shutil.copytree(drill.path, bundle, ignore=shutil.ignore_patterns("answer.yaml"))
     from perfkit.lab_open import write_parameterized
 
-    runbook = write_parameterized("inference_latency", out, {"bundle": str(bundle.resolve())})
+    runbook = write_parameterized(runbook_for(bundle), out, {"bundle": str(bundle.resolve())})
     return bundle, runbook
+
+
+def runbook_for(bundle: Path) -> str:
+    """training_step for a training job's bundle (its loop exports train_*), else inference_latency."""
+    for om in sorted((bundle / "metrics").glob("*.om")):
+        with om.open("r", encoding="utf-8", errors="replace") as fh:
+            if "train_step_duration_seconds" in fh.read(1 << 20):
+                return "training_step"
+    return "inference_latency"
 
 
 @dataclass

@@ -44,6 +44,7 @@ SECTION_KEYS = (
     "changes",
     "baseline",
     "stages",
+    "training",
     "triage",
     "gpu",
     "cost",

@@ -549,6 +549,97 @@ def _verdict_style(frame):  # pandas Styler: colour each row by its verdict
     )
 
 
+@section("training", "Training step breakdown")
+def training(ctx: Context) -> Section:
+    from perfkit import signals as S
+    from perfkit.triage.training import gather_training
+
+    inc = ctx.incident
+    assert inc is not None
+    ev = ctx.need("train", lambda: gather_training(ctx.engine, inc))
+    if not ev.present:
+        return Section(
+            Finding(
+                "training",
+                "Training step breakdown",
+                "no train_* metrics: not a training job, or "
+                "its loop does not export them (perfkit.train_exporter)",
+                status="missing",
+                missing=["training: no train_step_duration_seconds"],
+            )
+        )
+    rows = []
+    for name, d, unit in (
+        ("step time", ev.step_s, "s"),
+        ("data wait (slowest rank)", ev.data_wait_share, "share"),
+        ("exposed communication", ev.comm_share, "share"),
+        ("tokens/s", ev.tokens_per_s, "tok/s"),
+        ("loss roughness", ev.loss_roughness, "rel"),
+        ("loss spikes", ev.loss_spikes, "count"),
+    ):
+        b, i = d.get("baseline"), d.get("incident")
+        rows.append(
+            {
+                "metric": name,
+                "unit": unit,
+                "baseline": None if b is None else float(b),
+                "incident": None if i is None else float(i),
+                "change_x": round(i / b, 2) if b and i is not None else None,
+            }
+        )
+    table = pl.DataFrame(
+        rows,
+        schema={
+            "metric": pl.Utf8,
+            "unit": pl.Utf8,
+            "baseline": pl.Float64,
+            "incident": pl.Float64,
+            "change_x": pl.Float64,
+        },
+    )
+    span_start = inc.baseline.start if inc.baseline else inc.window.start
+    from perfkit.frames import Window
+
+    span = Window(span_start, inc.window.end)
+    step = S.choose_step(span)
+    fig = figures.timeseries(
+        {
+            "step time (s, avg over ranks)": S.gauge_series(
+                ctx.engine, "train_step", span, step, combine="avg"
+            ),
+            "data wait (s, slowest rank)": S.gauge_series(
+                ctx.engine, "train_data_wait", span, step, combine="max"
+            ),
+            "exposed comm (s, avg)": S.gauge_series(ctx.engine, "train_comm", span, step, combine="avg"),
+            "loss (avg)": S.gauge_series(ctx.engine, "train_loss", span, step, combine="avg"),
+        },
+        title="Step time, data wait, communication and loss",
+        ytitle="seconds / loss",
+        window=inc.window,
+        baseline=inc.baseline,
+        events=_events(ctx),
+    )
+    share_w, share_c = ev.data_wait_share.get("incident"), ev.comm_share.get("incident")
+    tps = ev.tokens_per_s
+    summary = (
+        f"step {ev.step_s.get('incident') or 0:.2f} s vs {ev.step_s.get('baseline') or 0:.2f} s; data wait "
+        f"{(share_w or 0):.0%} of the step on the slowest rank, exposed comm {(share_c or 0):.0%}"
+    )
+    if tps.get("baseline") and tps.get("incident") is not None:
+        summary += f"; tokens/s {tps['incident'] / tps['baseline']:.2f}x the baseline"
+    f = Finding(
+        "training",
+        "Training step breakdown",
+        summary,
+        status="warn",
+        data=ev.as_dict(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption="train_* gauges from every rank; data wait from the slowest rank at each step",
+    )
+    return Section(f, table, fig)
+
+
 @section("gpu", "GPU state")
 def gpu(ctx: Context) -> Section:
     from perfkit.analyses.gpu import gpu_state

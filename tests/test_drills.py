@@ -66,3 +66,10 @@ def test_live_drill_serves_metrics_from_prometheus(tmp_path, monkeypatch):
     finally:
         res = invoke("lab", "down")
     assert "stopped prometheus-drill-queueing-traffic-surge" in res.output
+
+
+def test_training_drill_opens_the_training_runbook(tmp_path):
+    res = invoke("drill", "start", "allreduce-scaling-64gpu", "-o", str(tmp_path / "t"))
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "t" / "training_step.ipynb").exists()
+    assert not (tmp_path / "t" / "inference_latency.ipynb").exists()

@@ -139,7 +139,16 @@ def completeness(
     """Check every catalogued signal for presence, scrape interval, gaps and the log clock."""
     rows: list[SignalCoverage] = []
     missing: list[str] = []
-    for signal in ("ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode", "prompt_tokens"):
+    training = engine.has("train_step_duration_seconds") and not engine.has("vllm:num_requests_running")
+    histograms = (
+        () if training else ("ttft", "itl", "tpot", "e2e", "queue", "prefill", "decode", "prompt_tokens")
+    )
+    gauges = (
+        ("train_step", "train_data_wait", "train_comm", "train_loss")
+        if training
+        else ("running", "waiting", "kv_cache_usage")
+    ) + ("gpu_util", "fb_used", "tensor_active")
+    for signal in histograms:
         res = resolve(engine, signal)
         cov = SignalCoverage(signal, res.metric, res.legacy)
         if res.metric:
@@ -148,7 +157,7 @@ def completeness(
                 frame, window
             )
         rows.append(cov)
-    for signal in ("running", "waiting", "kv_cache_usage", "gpu_util", "fb_used", "tensor_active"):
+    for signal in gauges:
         res = resolve(engine, signal)
         cov = SignalCoverage(signal, res.metric, res.legacy)
         if res.metric:
@@ -158,6 +167,9 @@ def completeness(
             )
         rows.append(cov)
     sources = {name: any(engine.has(m) for m in metrics) for name, metrics in SOURCES.items()}
+    if training:  # a training job has no inference server; its own exporter stands in
+        sources.pop("vLLM exporter", None)
+        sources["training exporter (train_*)"] = True
     for name, present in sources.items():
         if not present:
             missing.append(f"{name}: no series in the window")

@@ -30,6 +30,9 @@ WATCHED: tuple[tuple[str, str, str, float | None, int], ...] = (
     ("E2E p95", "e2e", "quantile", 0.95, +1),
     ("requests/s", "e2e", "rate", None, 0),
     ("generated tokens/s", "generation_tokens_total", "counter", None, -1),
+    # training jobs
+    ("step time", "train_step", "gauge", None, +1),
+    ("training tokens/s", "train_tokens", "counter", None, -1),
 )
 
 
@@ -111,6 +114,8 @@ def watched_series(engine, span: Window, step_s: float, queries: list[str]) -> d
             frame = S.quantile_series(engine, signal, q or 0.5, span, step_s, queries)
         elif kind == "rate":
             frame = S.rate_series(engine, signal, span, step_s, queries, histogram_count=True)
+        elif kind == "gauge":
+            frame = S.gauge_series(engine, signal, span, step_s, queries, combine="avg")
         else:
             frame = S.rate_series(engine, signal, span, step_s, queries)
         if frame.height:

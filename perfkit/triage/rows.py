@@ -368,6 +368,10 @@ def verify_oom(ev: Evidence) -> Verification:
         parts.append(f"GPU memory peaked at {used / total:.0%} of capacity")
     if kv is not None and kv >= T.KV_FULL_FRAC:
         parts.append(f"the KV cache at {kv:.0%} is preallocated, so it is not what ran out")
+    if ev.release.suspect:
+        s = ev.release.suspect
+        parts.append(f"it started with the {s['kind']} {s['version'] or s['detail']} at {s['ts']}")
+        numbers["trigger"] = s
     return Verification("confirmed", "; ".join(parts), numbers)
 
 
@@ -634,4 +638,7 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
     "release_regression": ("decode_efficiency", "kv_cache_allocation", "scheduler_queueing"),
     "prefill_decode_interference": ("kv_cache_allocation", "decode_efficiency", "scheduler_queueing"),
     "data_pipeline": ("network_communication",),
+    # A crash is what must be fixed first: the deploy that raised memory use is named as its trigger
+    # (see verify_oom), and the deploy row ranks below it.
+    "memory_oversubscription": ("release_regression", "decode_efficiency", "kv_cache_allocation"),
 }
