@@ -142,7 +142,11 @@ class MetricStore:
         for name, frame in other.frames.items():
             if name in frames:
                 combined = pl.concat([frames[name], frame], how="diagonal_relaxed")
-                frames[name] = sort_series(combined)
+                labels = [c for c in combined.columns if c not in ("ts", "value")]
+                # The same series from two files (scraped by two jobs): one sample per timestamp.
+                frames[name] = sort_series(
+                    combined.unique(subset=[*labels, "ts"], keep="last", maintain_order=True)
+                )
             else:
                 frames[name] = frame
         return MetricStore(frames, {**self.types, **other.types})

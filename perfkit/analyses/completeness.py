@@ -99,7 +99,7 @@ def _coverage(
 
 
 def clock_skew(
-    stats: pl.DataFrame, running: pl.DataFrame, *, max_lag_s: int = 300
+    stats: pl.DataFrame, running: pl.DataFrame, *, max_lag_s: int = 900
 ) -> tuple[float | None, str]:
     """Lag (s) of the log clock against the metrics clock: cross-correlate the stats line's
     ``Running`` count with ``vllm:num_requests_running``. Positive: log timestamps are late."""
@@ -186,7 +186,7 @@ def completeness(
         if not running.metric:
             note = "no vllm:num_requests_running series: clock skew between logs and metrics not checked"
         else:
-            pad = timedelta(minutes=10)
+            pad = timedelta(minutes=20)
             skew, note = clock_skew(
                 stats.filter((pl.col("ts") >= window.start - pad) & (pl.col("ts") <= window.end + pad)),
                 engine.raw(running.metric, window.start - pad, window.end + pad),

@@ -19,6 +19,9 @@ TITLES = {
     "decode_efficiency": "Time per output token vs batch size",
     "kv_cache_allocation": "Prefill time, prefix-cache hits and KV-cache usage",
     "memory_oversubscription": "KV-cache usage and GPU memory around the out-of-memory crashes",
+    "data_pipeline": "Data wait of the slowest rank vs step time, and the busiest CPU",
+    "network_communication": "Exposed communication vs step time",
+    "training_instability": "Training loss against the baseline",
 }
 
 
@@ -111,5 +114,34 @@ def evidence_figure(
         )
         return figures.timeseries(
             {"KV-cache usage %": kv, "GPU memory used %": used_pct}, title=title, ytitle="percent", **kw
+        )
+    if direction == "data_pipeline":
+        return figures.timeseries(
+            {
+                "step time (s)": S.gauge_series(engine, "train_step", span, step, combine="avg"),
+                "data wait, slowest rank (s)": S.gauge_series(
+                    engine, "train_data_wait", span, step, combine="max"
+                ),
+            },
+            title=title,
+            ytitle="seconds",
+            **kw,
+        )
+    if direction == "network_communication":
+        return figures.timeseries(
+            {
+                "step time (s)": S.gauge_series(engine, "train_step", span, step, combine="avg"),
+                "exposed communication (s)": S.gauge_series(engine, "train_comm", span, step, combine="avg"),
+            },
+            title=title,
+            ytitle="seconds",
+            **kw,
+        )
+    if direction == "training_instability":
+        return figures.timeseries(
+            {"loss (avg over ranks)": S.gauge_series(engine, "train_loss", span, 60.0, combine="avg")},
+            title=title,
+            ytitle="loss",
+            **kw,
         )
     return None
