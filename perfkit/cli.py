@@ -317,33 +317,45 @@ def _lab_dir() -> Path:
     return Path(os.environ.get("PERFKIT_LAB_DIR") or Path.home() / ".cache" / "perfkit" / "lab")
 
 
-def lab_parameters(url: str, root: Path, incident) -> list[str]:
-    """Runbook parameter lines that reproduce the bundle's findings against the lab server."""
-    lines = [
-        'bundle = ""',
-        f'prometheus_url = "{url}"',
-        f'start = "{incident.window.as_dict()["start"]}"',
-        f'end = "{incident.window.as_dict()["end"]}"',
-    ]
+def lab_parameters(url: str, root: Path, incident) -> dict[str, Any]:
+    """Runbook parameters that reproduce the bundle's findings against the lab server."""
+    window = incident.window.as_dict()
+    params: dict[str, Any] = {
+        "bundle": "",
+        "prometheus_url": url,
+        "start": window["start"],
+        "end": window["end"],
+    }
     if incident.baseline:
-        lines += [
-            f'baseline_start = "{incident.baseline.as_dict()["start"]}"',
-            f'baseline_end = "{incident.baseline.as_dict()["end"]}"',
-        ]
-    lines.append(f'service = "{incident.service}"')
+        params["baseline_start"] = incident.baseline.as_dict()["start"]
+        params["baseline_end"] = incident.baseline.as_dict()["end"]
+    params["service"] = incident.service
     if (root / "events.csv").exists():
-        lines.append(f'deploys = "{root / "events.csv"}"')
+        params["deploys"] = str(root / "events.csv")
     if (root / "logs").is_dir():
-        lines.append(f'logs = "{root / "logs"}"')
+        params["logs"] = str(root / "logs")
     for key in ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s"):
         if key in incident.slo:
-            lines.append(f"slo_{key} = {incident.slo[key]}")
+            params[f"slo_{key}"] = incident.slo[key]
     if incident.hardware.usd_per_gpu_hour:
-        lines += [
-            f"gpu_count = {incident.hardware.count}",
-            f"usd_per_gpu_hour = {incident.hardware.usd_per_gpu_hour}",
-        ]
-    return lines
+        params["gpu_count"] = incident.hardware.count
+        params["usd_per_gpu_hour"] = incident.hardware.usd_per_gpu_hour
+    return params
+
+
+def _lab_start(engine: str, root: Path, name: str, *, port: int = 0):
+    """Start a lab server for ``root`` under the lab folder ``name`` and record its PID there."""
+    from perfkit.lab.servers import start
+
+    workdir = _lab_dir() / name
+    if (workdir / "state.json").exists():
+        raise click.ClickException(f"{name} is already up (perfkit lab down {name})")
+    import shutil
+
+    shutil.rmtree(workdir, ignore_errors=True)
+    server = start(engine, root, workdir, port=port, detach=True)
+    (workdir / "state.json").write_text(json.dumps(server.as_dict(), indent=1))
+    return server, workdir
 
 
 @lab.command("up")
@@ -355,25 +367,17 @@ def lab_parameters(url: str, root: Path, incident) -> list[str]:
 def lab_up(bundle: str, engine: str, port: int) -> None:
     """Start ENGINE on 127.0.0.1 with BUNDLE loaded; print the URL to paste into a runbook."""
     from perfkit.incident import read_incident
-    from perfkit.lab.servers import start
 
     root = Path(bundle).resolve()
     incident = read_incident(root / "incident.yaml")
     name = f"{engine}-{root.name}"
-    workdir = _lab_dir() / name
-    if (workdir / "state.json").exists():
-        raise click.ClickException(f"{name} is already up (perfkit lab down {name})")
-    import shutil
-
-    shutil.rmtree(workdir, ignore_errors=True)
-    server = start(engine, root, workdir, port=port, detach=True)
-    (workdir / "state.json").write_text(json.dumps(server.as_dict(), indent=1))
+    server, workdir = _lab_start(engine, root, name, port=port)
     click.echo(f"{engine} is up: {server.url}  (pid {server.pid}, data {workdir})")
     click.echo(
         "paste into the runbook's parameters (deploys and logs stand in for your deploy system and log store):"
     )
-    for line in lab_parameters(server.url, root, incident):
-        click.echo(f"  {line}")
+    for key, value in lab_parameters(server.url, root, incident).items():
+        click.echo(f"  {key} = {json.dumps(value)}")
     click.echo(f"stop it with: perfkit lab down {name}")
 
 
@@ -442,22 +446,10 @@ def drill_start(name: str, out: str | None, live: bool, start_lab: bool) -> None
     click.echo(f"drill {name}: evidence in {bundle}, runbook {runbook}")
     if live:
         from perfkit.incident import read_incident
-        from perfkit.lab.servers import start as start_server
         from perfkit.lab_open import write_parameterized
 
-        workdir = _lab_dir() / f"prometheus-drill-{name}"
-        if (workdir / "state.json").exists():
-            raise click.ClickException(
-                f"a live drill {name} is already up: perfkit lab down prometheus-drill-{name}"
-            )
-        server = start_server("prometheus", bundle, workdir, detach=True)
-        (workdir / "state.json").write_text(json.dumps(server.as_dict(), indent=1))
-        import ast
-
-        params = {}
-        for line in lab_parameters(server.url, bundle.resolve(), read_incident(bundle / "incident.yaml")):
-            key, value = line.split(" = ", 1)
-            params[key] = ast.literal_eval(value)
+        server, _ = _lab_start("prometheus", bundle, f"prometheus-drill-{name}")
+        params = lab_parameters(server.url, bundle.resolve(), read_incident(bundle / "incident.yaml"))
         from perfkit.drills import runbook_for
 
         runbook = write_parameterized(runbook_for(bundle), folder, params)
