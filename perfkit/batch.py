@@ -10,6 +10,7 @@ The batch file is a YAML list::
 
 from __future__ import annotations
 
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +88,10 @@ def run_batch(items: list[BatchItem], out: Path, *, jobs: int = 1) -> list[str]:
     results: dict[str, tuple[str | None, float]] = {}
     with Progress(console=console) as progress:
         task = progress.add_task("incidents", total=len(items))
-        with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        # spawn, not fork: a forked child inherits the parent's ZeroMQ state and can hang on its kernel
+        with ProcessPoolExecutor(
+            max_workers=max(1, jobs), mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
             futures = [pool.submit(_run_one, item, out) for item in items]
             for fut in as_completed(futures):
                 name, error, secs = fut.result()

@@ -112,12 +112,17 @@ def execute(runbook: str, out_dir: Path, parameters: dict[str, Any], *, render: 
     import papermill
 
     t1 = time.perf_counter()
+    from jupyter_client.manager import KernelManager
+
+    # IPC sockets, not TCP: the kernel is reachable only through files in the runtime dir.
+    km = KernelManager(kernel_name=KERNEL, transport="ipc")
     try:
         papermill.execute_notebook(
             str(path),
             str(output),
             parameters=parameters,
             kernel_name=KERNEL,
+            km=km,
             progress_bar=False,
             log_output=False,
             execution_timeout=CELL_TIMEOUT_S,
@@ -128,6 +133,9 @@ def execute(runbook: str, out_dir: Path, parameters: dict[str, Any], *, render: 
         result.error = f"cell {exc.cell_index}: {exc.ename}: {exc.evalue}"
     except Exception as exc:  # kernel died, timeout: keep what was written
         result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if km.has_kernel and km.is_alive():  # a kernel we handed in is ours to stop
+            km.shutdown_kernel(now=True)
     result.timings["execute_s"] = time.perf_counter() - t1
     if output.exists():
         secrets = known_secrets(parameters)
