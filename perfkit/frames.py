@@ -17,7 +17,7 @@ documented where they are built: :data:`EVENTS_SCHEMA`, :data:`LOG_SCHEMA`, :dat
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -174,17 +174,3 @@ def sort_series(frame: pl.DataFrame) -> pl.DataFrame:
     """Sort a sample frame by its label columns, then by time."""
     labels = [c for c in frame.columns if c not in ("ts", "value")]
     return frame.sort([*labels, "ts"], nulls_last=True, maintain_order=True)
-
-
-def series_key_columns(frame: pl.DataFrame, drop: Iterable[str] = ()) -> list[str]:
-    dropped = set(drop) | {"ts", "value"}
-    return [c for c in frame.columns if c not in dropped]
-
-
-def frame_from_records(
-    records: Iterable[Mapping[str, object]], schema: Mapping[str, pl.DataType]
-) -> pl.DataFrame:
-    """Build a frame with ``schema`` from dict records (missing keys become nulls)."""
-    rows = list(records)
-    data = {name: [r.get(name) for r in rows] for name in schema}
-    return pl.DataFrame(data, schema=dict(schema))

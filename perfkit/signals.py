@@ -14,7 +14,7 @@ provenance of the number.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -126,13 +126,6 @@ def choose_step(window: Window, *, points: int = 240, minimum_s: float = 15.0) -
 def rate_window(step_s: float, scrape_s: float = 15.0) -> float:
     """Range for rate(): at least 4 scrapes (rate needs two samples in range) and one step."""
     return max(4 * scrape_s, step_s)
-
-
-@dataclass
-class Query:
-    """A number (or series) with the PromQL that produced it."""
-
-    promql: list[str] = field(default_factory=list)
 
 
 def _scalar(frame: pl.DataFrame) -> float | None:

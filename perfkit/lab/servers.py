@@ -98,6 +98,14 @@ def _wait_ready(url: str, path: str, proc: subprocess.Popen, log: Path, timeout_
     raise SourceError(f"{url}: not ready after {timeout_s:g} s", url=url)
 
 
+def metric_files(bundle: Path) -> list[Path]:
+    """The bundle's metrics/*.om files, or ConfigError when there are none to load."""
+    files = sorted((bundle / "metrics").glob("*.om"))
+    if not files:
+        raise ConfigError(f"{bundle}: no metrics/*.om to load")
+    return files
+
+
 def merged_openmetrics(metric_files: list[Path], out: Path) -> Path:
     """One OpenMetrics file from several (families stay contiguous; a single '# EOF' at the end)."""
     with out.open("w", encoding="utf-8") as fh:
@@ -121,9 +129,7 @@ def start_prometheus(bundle: Path, workdir: Path, *, port: int = 0, detach: bool
     promtool = shutil.which("promtool")
     if not promtool:
         raise ConfigError("promtool is not installed: apt-get install -y --no-install-recommends prometheus")
-    files = sorted((bundle / "metrics").glob("*.om"))
-    if not files:
-        raise ConfigError(f"{bundle}: no metrics/*.om to load")
+    files = metric_files(bundle)
     workdir.mkdir(parents=True, exist_ok=True)
     data = workdir / "tsdb"
     merged = merged_openmetrics(files, workdir / "bundle.om")
@@ -188,9 +194,7 @@ def _esc(v: str) -> str:
 
 def start_victoriametrics(bundle: Path, workdir: Path, *, port: int = 0, detach: bool = False) -> LabServer:
     vm = binary("victoriametrics")
-    files = sorted((bundle / "metrics").glob("*.om"))
-    if not files:
-        raise ConfigError(f"{bundle}: no metrics/*.om to load")
+    files = metric_files(bundle)
     workdir.mkdir(parents=True, exist_ok=True)
     data = workdir / "vmdata"
     port = port or free_port()

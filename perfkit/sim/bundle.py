@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from perfkit.sim.engine import Engine
 from perfkit.sim.exporters import Recorder, Series
 from perfkit.sim.model import ScenarioSpec
 
-TARGET_OF = {"vllm:": "vllm", "DCGM_": "dcgm", "node_": "node"}
+#: which exporter (and so which metrics/<target>.om file) a family comes from
+TARGET_OF = {"vllm:": "vllm", "train_": "train", "DCGM_": "dcgm", "node_": "node"}
 
 
 def _target(family: str) -> str:
@@ -23,6 +25,14 @@ def _target(family: str) -> str:
         if family.startswith(prefix):
             return target
     return "other"
+
+
+def write_metrics(metrics_dir: Path, families: Iterable[Series]) -> int:
+    """One OpenMetrics file per exporter (metrics/vllm.om, dcgm.om ...). Returns lines written."""
+    by_target: dict[str, list[Series]] = {}
+    for series in families:
+        by_target.setdefault(_target(series.family), []).append(series)
+    return sum(write_openmetrics(metrics_dir / f"{t}.om", fams) for t, fams in sorted(by_target.items()))
 
 
 def write_openmetrics(path: Path, families: list[Series]) -> int:
@@ -117,12 +127,7 @@ def generate(spec: ScenarioSpec, out: Path, *, duration_s: float | None = None) 
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics").mkdir(exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    by_target: dict[str, list[Series]] = {}
-    for series in recorder.out.values():
-        by_target.setdefault(_target(series.family), []).append(series)
-    n_lines = 0
-    for target, families in sorted(by_target.items()):
-        n_lines += write_openmetrics(out / "metrics" / f"{target}.om", families)
+    n_lines = write_metrics(out / "metrics", recorder.out.values())
     logs = sorted(recorder.logs, key=lambda x: x[0])
     (out / "logs" / "vllm.log").write_text("\n".join(line for _, line in logs) + "\n", encoding="utf-8")
 

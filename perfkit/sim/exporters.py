@@ -120,6 +120,18 @@ class Series:
     )
 
 
+class SeriesSet(dict[str, Series]):
+    """Every family a simulated exporter emits, by family name; ``put`` records one sample."""
+
+    def put(
+        self, name: str, kind: str, help_: str, sample: str, labels: dict[str, str], ts: float, v
+    ) -> None:
+        series = self.get(name)
+        if series is None:
+            series = self[name] = Series(name, kind, help_)
+        series.points[(sample, *sorted(labels.items()))].append((ts, fmt(v)))  # type: ignore[index]
+
+
 def fmt(v: float) -> str:
     if isinstance(v, int | np.integer):
         return str(int(v))
@@ -163,7 +175,7 @@ class Recorder:
             self.prefix_hits: 0.0,
         }
         self.success = {"stop": 0.0, "length": 0.0, "abort": 0.0}
-        self.out: dict[str, Series] = {}
+        self.out = SeriesSet()
         self.logs: list[tuple[float, str]] = []
         self.records: list[tuple] = []  # per-request truth (for answer keys and tests)
         self.version = spec.initial_version
@@ -291,21 +303,13 @@ class Recorder:
                 getattr(self, f"_scrape_{target}")(t)
                 self.next_scrape[target] += self.interval
 
-    def _put(
-        self, name: str, kind: str, help_: str, sample: str, labels: dict[str, str], t: float, v
-    ) -> None:
-        series = self.out.get(name)
-        if series is None:
-            series = self.out[name] = Series(name, kind, help_)
-        series.points[(sample, *sorted(labels.items()))].append((t, fmt(v)))  # type: ignore[index]
-
     def _scrape_vllm(self, t: float) -> None:
         if not self.up:
             return
         base = {"engine": "0", "model_name": self.spec.model}
         ts = self.spec.start.timestamp() + t
         running, waiting, kv = self.state
-        self._put(
+        self.out.put(
             "vllm:num_requests_running",
             "gauge",
             "Number of requests in model execution batches.",
@@ -314,7 +318,7 @@ class Recorder:
             ts,
             running,
         )
-        self._put(
+        self.out.put(
             "vllm:num_requests_waiting",
             "gauge",
             "Number of requests waiting to be processed.",
@@ -323,7 +327,7 @@ class Recorder:
             ts,
             waiting,
         )
-        self._put(
+        self.out.put(
             self.kv_name,
             "gauge",
             "KV-cache usage. 1 means 100 percent usage.",
@@ -333,9 +337,9 @@ class Recorder:
             round(kv, 4),
         )
         for name, value in self.counters.items():
-            self._put(name, "counter", f"{name} counter.", f"{name}_total", base, ts, value)
+            self.out.put(name, "counter", f"{name} counter.", f"{name}_total", base, ts, value)
         for reason, value in self.success.items():
-            self._put(
+            self.out.put(
                 "vllm:request_success",
                 "counter",
                 "Count of successfully processed requests.",
@@ -353,7 +357,7 @@ class Recorder:
             "gpu_memory_utilization": "0.9",
             "num_gpu_blocks": str(cfg.kv_capacity_tokens // cfg.block_size),
         }
-        self._put(
+        self.out.put(
             "vllm:cache_config_info",
             "gauge",
             "Information of the LLMEngine CacheConfig",
@@ -366,7 +370,7 @@ class Recorder:
             cum = np.cumsum(h.counts)
             for bound, c in zip([*h.bounds, math.inf], cum, strict=True):
                 le = "+Inf" if math.isinf(bound) else repr(float(bound))
-                self._put(
+                self.out.put(
                     name,
                     "histogram",
                     f"Histogram of {name}.",
@@ -375,8 +379,10 @@ class Recorder:
                     ts,
                     int(c),
                 )
-            self._put(name, "histogram", f"Histogram of {name}.", f"{name}_count", base, ts, int(cum[-1]))
-            self._put(name, "histogram", f"Histogram of {name}.", f"{name}_sum", base, ts, round(h.total, 4))
+            self.out.put(name, "histogram", f"Histogram of {name}.", f"{name}_count", base, ts, int(cum[-1]))
+            self.out.put(
+                name, "histogram", f"Histogram of {name}.", f"{name}_sum", base, ts, round(h.total, 4)
+            )
 
     def _scrape_dcgm(self, t: float) -> None:
         spec = self.spec
@@ -401,7 +407,7 @@ class Recorder:
             tensor = (
                 min(1.0, (0.65 * prefill + 0.12 * busy * min(1.0, running / 64)) * jitter) if self.up else 0.0
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_DEV_GPU_UTIL",
                 "gauge",
                 "GPU utilization (in %).",
@@ -410,7 +416,7 @@ class Recorder:
                 ts,
                 round(util),
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_DEV_FB_USED",
                 "gauge",
                 "Framebuffer memory used (in MiB).",
@@ -419,7 +425,7 @@ class Recorder:
                 ts,
                 round(used),
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_DEV_FB_FREE",
                 "gauge",
                 "Framebuffer memory free (in MiB).",
@@ -428,7 +434,7 @@ class Recorder:
                 ts,
                 round(total_mib - used),
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
                 "gauge",
                 "Ratio of time the graphics engine is active.",
@@ -437,7 +443,7 @@ class Recorder:
                 ts,
                 round(0.92 * util / 100, 4),
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
                 "gauge",
                 "Ratio of cycles the tensor pipe is active.",
@@ -446,7 +452,7 @@ class Recorder:
                 ts,
                 round(tensor, 4),
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_PROF_DRAM_ACTIVE",
                 "gauge",
                 "Ratio of cycles the device memory interface is active.",
@@ -455,7 +461,7 @@ class Recorder:
                 ts,
                 round(min(1.0, 0.7 * util / 100 * jitter), 4),
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_DEV_POWER_USAGE",
                 "gauge",
                 "Power draw (in W).",
@@ -464,7 +470,7 @@ class Recorder:
                 ts,
                 round(95 + 5.4 * util * jitter, 1),
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_DEV_SM_CLOCK",
                 "gauge",
                 "SM clock frequency (in MHz).",
@@ -473,7 +479,7 @@ class Recorder:
                 ts,
                 round(self.cfg.sm_clock_mhz) if util > 5 else 345,
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_DEV_GPU_TEMP",
                 "gauge",
                 "GPU temperature (in C).",
@@ -482,7 +488,7 @@ class Recorder:
                 ts,
                 round(34 + 0.35 * util),
             )
-            self._put(
+            self.out.put(
                 "DCGM_FI_DEV_XID_ERRORS",
                 "gauge",
                 "Value of the last XID error encountered.",
@@ -502,7 +508,7 @@ class Recorder:
             u = min(max(u, 0.0), 0.95)
             self.cpu[cpu] += self.interval * np.array([u * 0.8, u * 0.2, 1 - u - 0.005, 0.005])
             for i, mode in enumerate(("user", "system", "idle", "iowait")):
-                self._put(
+                self.out.put(
                     "node_cpu_seconds_total",
                     "counter",
                     "Seconds the CPUs spent in each mode.",
@@ -514,7 +520,7 @@ class Recorder:
         self.net[0] += self.prompt_bytes_since + 1200 * self.interval
         self.net[1] += self.arrivals_since * 900 + 1500 * self.interval
         for i, name in enumerate(("node_network_receive_bytes_total", "node_network_transmit_bytes_total")):
-            self._put(
+            self.out.put(
                 name,
                 "counter",
                 "Network device statistic.",

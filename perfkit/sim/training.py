@@ -78,8 +78,8 @@ import numpy as np
 import yaml
 
 from perfkit.frames import iso
-from perfkit.sim.bundle import write_openmetrics
-from perfkit.sim.exporters import Series, fmt
+from perfkit.sim.bundle import write_metrics
+from perfkit.sim.exporters import SeriesSet
 from perfkit.train_exporter import METRICS as TRAIN_METRICS
 
 GIB = float(1 << 30)
@@ -1110,24 +1110,11 @@ def _cum(starts: np.ndarray, ends: np.ndarray, amounts: np.ndarray, at: np.ndarr
     return total
 
 
-class _Out:
-    def __init__(self) -> None:
-        self.series: dict[str, Series] = {}
-
-    def put(
-        self, name: str, kind: str, help_: str, sample: str, labels: dict[str, str], ts: float, v
-    ) -> None:
-        s = self.series.get(name)
-        if s is None:
-            s = self.series[name] = Series(name, kind, help_)
-        s.points[(sample, *sorted(labels.items()))].append((ts, fmt(v)))  # type: ignore[index]
-
-
-def _emit(run: TrainingRun) -> tuple[_Out, list[str]]:
+def _emit(run: TrainingRun) -> tuple[SeriesSet, list[str]]:
     sp, c = run.spec, run.spec.cluster
     rng = np.random.default_rng([sp.seed, 31])
     si = sp.scrape_interval_s
-    out = _Out()
+    out = SeriesSet()
     t0 = sp.start.timestamp()
     gpn = c.gpus_per_node
     procs = run.procs
@@ -1416,13 +1403,6 @@ def compress(spec: TrainingSpec, duration_s: float) -> TrainingSpec:
     )
 
 
-def _target(family: str) -> str:
-    for prefix, target in (("train_", "train"), ("DCGM_", "dcgm"), ("node_", "node")):
-        if family.startswith(prefix):
-            return target
-    return "other"
-
-
 def generate(spec: TrainingSpec, out: Path, *, duration_s: float | None = None) -> dict[str, float]:
     """Simulate ``spec`` and write its bundle into ``out``; ``duration_s`` compresses the story (tests).
 
@@ -1437,12 +1417,7 @@ def generate(spec: TrainingSpec, out: Path, *, duration_s: float | None = None) 
     out = Path(out)
     (out / "metrics").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    by_target: dict[str, list[Series]] = {}
-    for s in series.series.values():
-        by_target.setdefault(_target(s.family), []).append(s)
-    n_lines = 0
-    for target, families in sorted(by_target.items()):
-        n_lines += write_openmetrics(out / "metrics" / f"{target}.om", families)
+    n_lines = write_metrics(out / "metrics", series.values())
     (out / "logs" / "train.log").write_text("\n".join(log_lines) + "\n", encoding="utf-8")
     _write_events(spec, out)
     _write_incident(spec, out)

@@ -153,12 +153,6 @@ class PrometheusClient(HttpSource):
             params["match[]"] = match
         return list(self.get(f"/api/v1/label/{label}/values", params))
 
-    def buildinfo(self) -> dict[str, Any]:
-        try:
-            return dict(self.get("/api/v1/status/buildinfo", {}))
-        except SourceError:
-            return {}
-
 
 def _value(v: Any) -> float:
     return float(v)  # Prometheus sends "NaN", "+Inf", "-Inf" as strings; float() reads them

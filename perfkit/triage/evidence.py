@@ -14,7 +14,7 @@ from perfkit import signals as S
 from perfkit.analyses.baseline import BaselineComparison, compare
 from perfkit.analyses.release import ReleaseCorrelation, correlate
 from perfkit.analyses.stages import StageBreakdown, breakdown
-from perfkit.frames import LOG_SCHEMA, Window
+from perfkit.frames import Window
 from perfkit.incident import Incident
 from perfkit.triage import thresholds as T
 from perfkit.triage.training import gather_training
@@ -80,13 +80,20 @@ def _bucket_at_least(bounds: list[float], value: float) -> float | None:
 
 
 def _bounds(engine, signal: str, window: Window) -> list[float]:
+    """A histogram's finite bucket bounds: ``count by (le) (last_over_time(...))`` (one small query,
+    answered by the server on a live engine, instead of pulling every bucket sample)."""
+    from perfkit.query import ops
+
     res = S.resolve(engine, signal)
     if not res.found:
         return []
-    frame = engine.raw(f"{res.metric}_bucket", window.start, window.end) if hasattr(engine, "raw") else None
-    if frame is None or not frame.height or "le" not in frame.columns:
+    bucket = ops.over_time(
+        "last", ops.Selector(f"{res.metric}_bucket"), window.seconds
+    )  # any sample in the window
+    frame = engine.instant(ops.aggregate("count", bucket, "le"), window.end)
+    if not frame.height or "le" not in frame.columns:
         return []
-    return sorted({float(le) for le in frame["le"].unique().to_list() if le not in ("+Inf", "Inf")})
+    return sorted({float(le) for le in frame["le"].unique().to_list() if le not in ("+Inf", "Inf", "")})
 
 
 def interference(engine, inc: Incident, base: BaselineComparison) -> Interference:
@@ -287,6 +294,3 @@ def gather(
         gather_training(engine, inc),
         oom_shortfall(logs, inc.window),
     )
-
-
-EMPTY_LOGS = pl.DataFrame(schema=LOG_SCHEMA)

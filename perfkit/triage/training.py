@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from perfkit import signals as S
-from perfkit.frames import Window
 from perfkit.incident import Incident
 
 SPIKE_MADS = 6.0  # a loss point more than 6 MADs above its rolling median is a spike
@@ -73,11 +72,3 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
         if loss.height:
             ev.loss_roughness[side], ev.loss_spikes[side] = loss_shape(loss["value"].to_numpy())
     return ev
-
-
-def window_ratio(d: dict[str, float | None]) -> float | None:
-    b, i = d.get("baseline"), d.get("incident")
-    return i / b if b and i is not None else None
-
-
-__all__ = ["TrainingEvidence", "gather_training", "loss_shape", "window_ratio", "Window"]
