@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from perfkit.errors import BundleError
+from perfkit.safeyaml import YamlError, load_yaml
 
 
 @dataclass
@@ -42,11 +41,13 @@ class Graded:
 def read_answer(bundle: Path) -> dict[str, Any]:
     path = bundle / "answer.yaml"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path)
     except FileNotFoundError:
         raise BundleError(
             "no answer.yaml (only drills and embedded scenarios carry one)", path=str(path)
         ) from None
+    except YamlError as exc:
+        raise BundleError(exc.problem, path=str(path), line=exc.line) from None
     if not isinstance(data, dict) or "direction" not in data:
         raise BundleError("answer.yaml needs a 'direction'", path=str(path))
     return data

@@ -5,6 +5,9 @@ written as OpenMetrics that ``promtool tsdb create-blocks-from openmetrics`` acc
 contiguous block per family, time-major points, seconds timestamps, ``# EOF``. Metric types are
 not stored with backfilled or remote-written data, so they are inferred from the names the
 exporters use (``*_total`` counters; ``*_bucket``/``*_count``/``*_sum`` histograms; the rest gauges).
+
+Nothing written carries a credential: the server URL is recorded without ``user:password@``, and
+every text field of incident.yaml and events.csv goes through :func:`record_safe`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import yaml
 from perfkit.errors import ConfigError
 from perfkit.frames import Window, iso
 from perfkit.incident import Incident
+from perfkit.secrets import redact_text, strip_userinfo
 
 DEFAULT_MATCH = r"^(vllm:|DCGM_|node_cpu_seconds_total|node_network_(receive|transmit)_bytes_total|train_)"
 LOOKBACK = timedelta(minutes=5)
@@ -85,6 +89,19 @@ def write_openmetrics(path: Path, frames: dict[str, pl.DataFrame]) -> int:
     return n
 
 
+def record_safe(value: Any) -> Any:
+    """``value`` (nested dicts, lists, strings) fit to be written into a bundle: URLs lose their
+    ``user:password@`` and credential-looking text (bearer headers, known token prefixes) becomes
+    ``[redacted]``."""
+    if isinstance(value, str):
+        return redact_text(strip_userinfo(value))
+    if isinstance(value, dict):
+        return {k: record_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [record_safe(v) for v in value]
+    return value
+
+
 def capture(
     engine: Any,
     incident: Incident,
@@ -124,14 +141,16 @@ def capture(
     if events is not None and events.height:
         from perfkit.sources.events import write_events
 
-        write_events(out / "events.csv", [dict(r) for r in events.iter_rows(named=True)])
+        write_events(out / "events.csv", [record_safe(dict(r)) for r in events.iter_rows(named=True)])
     from perfkit.sources import nvml
 
     snap = nvml.snapshot()
     if snap.available:  # captured on a GPU host: freeze the GPUs' state too
         snap.write(out)
     doc = incident.as_dict()
-    doc["captured"] = {"from": getattr(engine.client, "url", "?"), "metrics": len(frames), "samples": n}
+    source = str(getattr(getattr(engine, "client", None), "url", "?"))
+    doc["captured"] = {"from": source, "metrics": len(frames), "samples": n}
+    doc = record_safe(doc)
     (out / "incident.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return {
         "metrics": len(frames),

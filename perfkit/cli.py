@@ -36,6 +36,20 @@ def live_options(fn):
         click.option("--prometheus", "prometheus_url", default="", help="Prometheus-compatible API base URL"),
         click.option("--token-env", default="", help="name of the env var holding the bearer token"),
         click.option("--token-file", default="", help="file holding the bearer token"),
+        click.option(
+            "--basic-auth-user", default="", help="basic auth user (the password comes from --password-env)"
+        ),
+        click.option(
+            "--password-env", default="", help="name of the env var holding the basic-auth password"
+        ),
+        click.option(
+            "--timeout",
+            "timeout_s",
+            default=30.0,
+            show_default=True,
+            type=click.FloatRange(min=0.1, max=3600),
+            help="seconds one HTTP request may take; retries stay within 4x that",
+        ),
         click.option("--ca-file", default="", help="CA bundle for https sources"),
         click.option("--alertmanager", "alertmanager_url", default="", help="Alertmanager base URL"),
         click.option("--logs", "logs", multiple=True, help="log file or glob (repeatable)"),
@@ -69,6 +83,9 @@ def _live(kw: dict[str, Any]):
         kw["prometheus_url"],
         token_env=kw["token_env"],
         token_file=kw["token_file"],
+        basic_auth_user=kw["basic_auth_user"],
+        password_env=kw["password_env"],
+        timeout_s=kw["timeout_s"],
         ca_file=kw["ca_file"],
         alertmanager_url=kw["alertmanager_url"],
         logs=list(kw["logs"]),
@@ -76,11 +93,15 @@ def _live(kw: dict[str, Any]):
         git_repo=kw["git_repo"],
         release_metric=kw["release_metric"],
     )
+    from perfkit.secrets import parameter_warnings
+
+    for warning in parameter_warnings(cfg.as_parameters()):
+        click.echo(f"perfkit: warning: {warning}", err=True)
     return incident, open_live(cfg, incident)
 
 
 def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
-    from perfkit.run import parse_parameter
+    from perfkit.parameters import parse_parameter
 
     return dict(parse_parameter(p) for p in pairs)
 
@@ -99,10 +120,19 @@ def _print_outputs(result) -> None:
 @click.option(
     "-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="runbook parameter (repeatable)"
 )
+@click.option(
+    "--force", is_flag=True, help="replace OUT even if it holds perfkit files changed since they were written"
+)
 @live_options
-def run(runbook: str, bundle: str | None, out: str, params: tuple[str, ...], **live: Any) -> None:
-    """Execute RUNBOOK with papermill and write the postmortem into OUT (from a bundle or live sources)."""
-    from perfkit.run import execute
+def run(
+    runbook: str, bundle: str | None, out: str, params: tuple[str, ...], force: bool, **live: Any
+) -> None:
+    """Execute RUNBOOK with papermill and write the postmortem into OUT (from a bundle or live sources).
+
+    Exit 0 when the runbook ran on its evidence (sections without evidence are listed), 1 when a
+    cell failed or the evidence source could not be opened, 2 on invalid parameters, 128+N on signal N.
+    """
+    from perfkit.run import Interrupted, execute
 
     parameters = _params(params)
     if bundle:
@@ -113,6 +143,8 @@ def run(runbook: str, bundle: str | None, out: str, params: tuple[str, ...], **l
         "prometheus_url": "prometheus_url",
         "token_env": "prometheus_token_env",
         "token_file": "prometheus_token_file",
+        "basic_auth_user": "prometheus_basic_auth_user",
+        "password_env": "prometheus_password_env",
         "ca_file": "tls_ca_file",
         "alertmanager_url": "alertmanager_url",
         "deploys": "deploys",
@@ -132,16 +164,26 @@ def run(runbook: str, bundle: str | None, out: str, params: tuple[str, ...], **l
         parameters["logs"] = ",".join(live["logs"])
     if live.get("prometheus_url") and not bundle:
         parameters["bundle"] = ""
-    result = execute(runbook, Path(out), parameters)
+        parameters["timeout_s"] = live["timeout_s"]
+    try:
+        result = execute(runbook, Path(out), parameters, force=force, source="-p/options")
+    except Interrupted as exc:
+        _print_outputs(exc.result)
+        click.echo(f"perfkit: {exc}", err=True)
+        sys.exit(128 + exc.signum)
+    for warning in result.warnings:
+        click.echo(f"perfkit: warning: {warning}", err=True)
     _print_outputs(result)
     t = result.timings
     click.echo(
         f"    times: execute {t.get('execute_s', 0):.1f} s, render {t.get('render_s', 0):.1f} s, "
         f"total {t.get('total_s', 0):.1f} s"
     )
+    if result.missing:
+        click.echo(f"  sections without evidence: {', '.join(result.missing)} (see each section)")
     if result.error:
         click.echo(
-            f"perfkit: runbook failed at {result.error} (the partial record and postmortem were written)",
+            f"perfkit: runbook failed: {result.error} (the partial record and postmortem are in {result.folder})",
             err=True,
         )
         sys.exit(1)
@@ -163,12 +205,22 @@ def postmortem(notebook: str, out: str) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
 @click.option("-j", "--jobs", default=1, show_default=True, help="incidents run in parallel")
 @click.option("-o", "--out", "out", default="out/batch", show_default=True, type=click.Path(file_okay=False))
-def batch(file: str, jobs: int, out: str) -> None:
-    """Run every incident listed in FILE (YAML) into OUT/<name>/; one failure does not stop the others."""
+@click.option("--force", is_flag=True, help="replace records whose perfkit files were changed since written")
+def batch(file: str, jobs: int, out: str, force: bool) -> None:
+    """Run every incident listed in FILE (YAML) into OUT/<name>/; one failure does not stop the others.
+
+    Exit 0 when every incident ran on its evidence, 1 when any failed, 2 when FILE is invalid.
+    """
     from perfkit.batch import load_batch, run_batch
 
     items = load_batch(Path(file))
-    failed = run_batch(items, Path(out), jobs=jobs)
+    try:
+        failed = run_batch(items, Path(out), jobs=max(1, min(jobs, 64)), force=force)
+    except KeyboardInterrupt:
+        click.echo(
+            "perfkit: batch interrupted; partial records were written where runs had started", err=True
+        )
+        sys.exit(130)
     sys.exit(1 if failed else 0)
 
 
@@ -186,17 +238,38 @@ def batch(file: str, jobs: int, out: str) -> None:
 @click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE")
 @click.option("--port", default=0, help="JupyterLab port on 127.0.0.1 (default: a free one)")
 @click.option("--no-lab", is_flag=True, help="only write the parameterized copy")
+@click.option(
+    "--fresh", is_flag=True, help="start over: the existing notebook is kept beside as NAME.<time>.ipynb"
+)
+@click.option("--terminals", is_flag=True, help="let JupyterLab open shell terminals (off by default)")
 def open_(
-    runbook: str, bundle: str | None, out: str | None, params: tuple[str, ...], port: int, no_lab: bool
+    runbook: str,
+    bundle: str | None,
+    out: str | None,
+    params: tuple[str, ...],
+    port: int,
+    no_lab: bool,
+    fresh: bool,
+    terminals: bool,
 ) -> None:
-    """Write a parameterized copy of RUNBOOK into an incident folder and open it in JupyterLab."""
-    from perfkit.lab_open import open_runbook
+    """Write a parameterized copy of RUNBOOK into an incident folder and open it in JupyterLab.
 
-    parameters = _params(params)
+    An incident notebook that is already there is re-opened as it is (your notes are kept);
+    --fresh starts over and keeps the old one beside it.
+    """
+    from perfkit.lab_open import open_runbook
+    from perfkit.parameters import plain_parameters
+    from perfkit.secrets import parameter_warnings
+
+    parameters = plain_parameters(_params(params), source="-p")
     if bundle:
         parameters["bundle"] = str(Path(bundle).resolve())
     folder = Path(out) if out else Path("out/incidents") / (Path(bundle).name if bundle else "incident")
-    open_runbook(runbook, folder, parameters, port=port, start_lab=not no_lab)
+    for warning in parameter_warnings(parameters):
+        click.echo(f"perfkit: warning: {warning}", err=True)
+    open_runbook(
+        runbook, folder, parameters, port=port, start_lab=not no_lab, fresh=fresh, terminals=terminals
+    )
 
 
 @cli.command()
@@ -385,7 +458,7 @@ def lab_up(bundle: str, engine: str, port: int) -> None:
 @click.argument("names", nargs=-1)
 def lab_down(names: tuple[str, ...]) -> None:
     """Stop lab servers by the PID recorded when they started (all of them without NAMES)."""
-    from perfkit.lab.servers import LabServer
+    from perfkit.lab.servers import LabServer, NotOurProcess
 
     root = _lab_dir()
     states = sorted(root.glob("*/state.json")) if root.exists() else []
@@ -398,10 +471,25 @@ def lab_down(names: tuple[str, ...]) -> None:
         click.echo("no lab server is up")
         return
     for state in states:
-        server = LabServer(**json.loads(state.read_text()))
-        server.stop()
-        state.unlink()
-        click.echo(f"stopped {state.parent.name} (pid {server.pid})")
+        try:
+            server = LabServer(**json.loads(state.read_text()))
+        except (ValueError, TypeError) as exc:
+            click.echo(
+                f"{state.parent.name}: unreadable state ({type(exc).__name__}); removed, nothing signalled"
+            )
+            state.unlink()
+            continue
+        try:
+            was_running = server.stop()
+        except NotOurProcess as err:
+            click.echo(f"{state.parent.name}: {err}; removed its stale state")
+        else:
+            click.echo(
+                f"stopped {state.parent.name} (pid {server.pid})"
+                if was_running
+                else f"{state.parent.name} was not running (pid {server.pid}); removed its state"
+            )
+        state.unlink()  # in every case: our server cannot be running under that PID any more
 
 
 @cli.group()

@@ -7,10 +7,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from perfkit.errors import BundleError, ConfigError
 from perfkit.frames import Window, utc
+from perfkit.safeyaml import YamlError, load_yaml
 
 SLO_KEYS = ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s", "error_rate_frac")
 
@@ -110,18 +109,17 @@ def parse_incident(data: Any, *, path: str = "incident.yaml") -> Incident:
 
 
 def read_incident(path: str | Path) -> Incident:
+    """Read and check ``incident.yaml`` (safely: :func:`perfkit.safeyaml.load_yaml`'s caps apply).
+
+    Raises :class:`~perfkit.errors.BundleError` naming the file and, where known, the line.
+    """
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml(p)
     except FileNotFoundError:
         raise BundleError("no incident.yaml (every bundle needs one)", path=str(p)) from None
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise BundleError(
-            f"invalid YAML: {getattr(exc, 'problem', exc)}",
-            path=str(p),
-            line=line + 1 if line is not None else None,
-        ) from None
+    except YamlError as exc:
+        raise BundleError(exc.problem, path=str(p), line=exc.line) from None
     return parse_incident(data, path=str(p))
 
 

@@ -1,10 +1,18 @@
-"""Execute a runbook with papermill (explicit kernel and timeouts), scrub it, and write the postmortem."""
+"""Execute a runbook with papermill (a private kernel, explicit timeouts), scrub it, and write the
+record and postmortem into the output folder in one move."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,27 +51,6 @@ def find_runbook(name: str) -> Path:
     )
 
 
-def parse_parameter(text: str) -> tuple[str, Any]:
-    """``name=value`` → (name, value); numbers and booleans are converted, the rest stays text."""
-    if "=" not in text:
-        raise ConfigError(f"parameter {text!r} must be name=value")
-    name, raw = text.split("=", 1)
-    name = name.strip()
-    if not name.isidentifier():
-        raise ConfigError(f"parameter name {name!r} is not an identifier")
-    value: Any = raw
-    if raw.lower() in ("true", "false"):
-        value = raw.lower() == "true"
-    else:
-        for cast in (int, float):
-            try:
-                value = cast(raw)
-                break
-            except ValueError:
-                continue
-    return name, value
-
-
 def runbook_parameters(path: Path) -> dict[str, Any]:
     _fast_nbformat_import()
     import papermill
@@ -73,85 +60,273 @@ def runbook_parameters(path: Path) -> dict[str, Any]:
 
 @dataclass
 class RunResult:
+    """What one run wrote, and how it ended.
+
+    ``error`` is set when the run failed: a cell raised, the evidence source could not be opened
+    (every section then says "not run"), or it was interrupted. ``missing`` lists the sections
+    that ran but lacked evidence (the run still succeeded). ``folder`` is where the record went:
+    the output folder, or beside it when a failed run met a good record there.
+    """
+
     notebook: Path
+    folder: Path
     outputs: dict[str, Path] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    missing: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
-def execute(runbook: str, out_dir: Path, parameters: dict[str, Any], *, render: bool = True) -> RunResult:
-    """Run ``runbook`` into ``out_dir/<runbook>.ipynb``, scrub secrets, then render the postmortem there.
+class Interrupted(RunbookError):
+    """SIGINT or SIGTERM arrived during a run; the partial record was scrubbed and written first."""
 
-    Raises ConfigError (unknown parameter), SecretLeak (a secret passed by value) before running
-    anything. A runbook cell that fails still leaves the executed notebook and its postmortem.
+    def __init__(self, signum: int, result: RunResult) -> None:
+        self.signum = signum
+        self.result = result
+        name = signal.Signals(signum).name
+        super().__init__(f"interrupted by {name}; the partial record is in {result.folder}")
+
+
+def check_run_parameters(
+    path: Path, parameters: dict[str, Any], *, source: str = "parameters"
+) -> dict[str, Any]:
+    """Validate ``parameters`` for the runbook at ``path`` before anything runs; return the plain copy.
+
+    Raises ConfigError (not plain data, unknown parameter, unreadable time, missing bundle) or
+    SecretLeak (a secret passed by value, a password in a URL, a token where a variable name belongs).
     """
-    t0 = time.perf_counter()
-    path = find_runbook(runbook)
-    check_parameters(parameters)
-    bundle = parameters.get("bundle")
-    if bundle and not Path(str(bundle)).is_dir():
-        raise ConfigError(f"{bundle}: bundle folder not found")
-    if parameters.get("start") and parameters.get("end"):
-        from perfkit.incident import make_window
+    from perfkit.incident import make_window
+    from perfkit.parameters import plain_parameters
 
-        make_window(parameters["start"], parameters["end"], what="window")
-    if parameters.get("baseline_start") and parameters.get("baseline_end"):
-        from perfkit.incident import make_window
-
-        make_window(parameters["baseline_start"], parameters["baseline_end"], what="baseline")
+    params = plain_parameters(parameters, source=source)
+    check_parameters(params)
     known = runbook_parameters(path)
-    unknown = sorted(set(parameters) - set(known))
+    unknown = sorted(set(params) - set(known))
     if unknown:
         raise ConfigError(
             f"unknown runbook parameter(s) {', '.join(unknown)} for {path.stem}: known are {', '.join(known)}"
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    output = out_dir / f"{path.stem}.ipynb"
-    result = RunResult(output)
-    result.timings["prepare_s"] = time.perf_counter() - t0
-    import papermill
+    bundle = params.get("bundle")
+    if bundle and not Path(str(bundle)).is_dir():
+        raise ConfigError(f"{bundle}: bundle folder not found")
+    for key in ("start", "end", "baseline_start", "baseline_end"):
+        if params.get(key) not in (None, ""):
+            _check_time(key, params[key])
+    if params.get("start") and params.get("end"):
+        make_window(params["start"], params["end"], what="window")
+    if params.get("baseline_start") and params.get("baseline_end"):
+        make_window(params["baseline_start"], params["baseline_end"], what="baseline")
+    if params.get("since"):
+        from perfkit.sources.live import parse_since
 
-    t1 = time.perf_counter()
-    from jupyter_client.manager import KernelManager
+        parse_since(str(params["since"]))
+    return params
 
-    # IPC sockets, not TCP: the kernel is reachable only through files in the runtime dir.
-    km = KernelManager(kernel_name=KERNEL, transport="ipc")
+
+def _check_time(key: str, value: Any) -> None:
+    from perfkit.frames import utc
+
     try:
-        papermill.execute_notebook(
-            str(path),
-            str(output),
-            parameters=parameters,
-            kernel_name=KERNEL,
-            km=km,
-            progress_bar=False,
-            log_output=False,
-            execution_timeout=CELL_TIMEOUT_S,
-            start_timeout=START_TIMEOUT_S,
-            cwd=str(REPO),
-        )
-    except papermill.PapermillExecutionError as exc:
-        result.error = f"cell {exc.cell_index}: {exc.ename}: {exc.evalue}"
-    except Exception as exc:  # kernel died, timeout: keep what was written
-        result.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        if km.has_kernel and km.is_alive():  # a kernel we handed in is ours to stop
-            km.shutdown_kernel(now=True)
-    result.timings["execute_s"] = time.perf_counter() - t1
-    if output.exists():
-        secrets = known_secrets(parameters)
+        utc(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ConfigError(f"parameter {key}: cannot read {str(value)[:40]!r} as a UTC time ({exc})") from None
+
+
+def execute(
+    runbook: str,
+    out_dir: Path,
+    parameters: dict[str, Any],
+    *,
+    render: bool = True,
+    force: bool = False,
+    source: str = "parameters",
+) -> RunResult:
+    """Run ``runbook`` and write ``out_dir/<runbook>.ipynb`` and its postmortem, scrubbed of secrets.
+
+    Raises ConfigError / SecretLeak before anything runs (see :func:`check_run_parameters`, and
+    :func:`perfkit.records.check_target` for the output folder). The kernel is private to this run
+    (its own connection file and sockets in a 0700 temporary folder, removed afterwards), so runs
+    in parallel never meet. Everything is written to a private staging folder, scrubbed, then moved
+    into place: a failed run never replaces a good record. SIGINT/SIGTERM interrupt the kernel, then
+    the partial record is scrubbed and written and :class:`Interrupted` is raised.
+    """
+    from perfkit import records
+
+    t0 = time.perf_counter()
+    path = find_runbook(runbook)
+    params = check_run_parameters(path, parameters, source=source)
+    if out_dir.is_symlink():  # write where it points; moving a run into place must not replace the link
+        out_dir = out_dir.resolve()
+    records.check_target(out_dir, force=force, protected=[RUNBOOKS, path])
+    staging = records.staging_folder(out_dir)
+    output = staging / f"{path.stem}.ipynb"
+    result = RunResult(out_dir / output.name, out_dir)
+    result.warnings = _warnings(params)
+    result.timings["prepare_s"] = time.perf_counter() - t0
+    try:
+        t1 = time.perf_counter()
+        signum = _run_papermill(path, output, params, result)
+        result.timings["execute_s"] = time.perf_counter() - t1
+        if not output.exists():
+            raise RunbookError(f"{path.stem}: {result.error or 'the kernel wrote no notebook'}")
+        secrets = known_secrets(params)
         nb = json.loads(output.read_text(encoding="utf-8"))
         clean, hits = scrub(nb, secrets)
         if hits:
             output.write_text(json.dumps(clean, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         if result.error:
             result.error = scrub(result.error, secrets)[0]
-    elif result.error:
-        raise RunbookError(f"{path.stem}: {result.error}")
-    if render and output.exists():
-        t2 = time.perf_counter()
-        from perfkit.report import render_postmortem
+        _read_verdicts(clean, result)
+        if render:
+            t2 = time.perf_counter()
+            from perfkit.report import render_postmortem
 
-        result.outputs = render_postmortem(output, out_dir)
-        result.timings["render_s"] = time.perf_counter() - t2
+            rendered = render_postmortem(output, staging)
+            result.timings["render_s"] = time.perf_counter() - t2
+        else:
+            rendered = {}
+        records.write_marker(staging, runbook=path.stem, status="ok" if result.ok else "failed")
+        folder = records.publish(staging, out_dir, ok=result.ok, force=force)
+    except BaseException:
+        records.discard(staging)
+        raise
+    result.folder = folder
+    result.notebook = folder / output.name
+    result.outputs = {k: folder / v.relative_to(staging) for k, v in rendered.items()}
     result.timings["total_s"] = time.perf_counter() - t0
+    if signum is not None:
+        raise Interrupted(signum, result)
     return result
+
+
+def _warnings(params: dict[str, Any]) -> list[str]:
+    from perfkit.secrets import parameter_warnings
+
+    return parameter_warnings(params)
+
+
+def _read_verdicts(nb: dict[str, Any], result: RunResult) -> None:
+    """A run whose evidence could not be opened failed, even though every cell ran."""
+    from perfkit.findings import findings_from_notebook
+
+    try:
+        findings = findings_from_notebook(nb)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return
+    not_run = [f for f in findings.values() if isinstance(f.data, dict) and f.data.get("not_run")]
+    if not_run and not result.error:
+        result.error = f"no evidence: {not_run[0].data['not_run']}"
+    result.missing = [f.key for f in findings.values() if f.status == "missing" and f not in not_run]
+
+
+def _run_papermill(path: Path, output: Path, params: dict[str, Any], result: RunResult) -> int | None:
+    """Execute with a kernel of this run's own; return the signal that interrupted it, if one did."""
+    _fast_nbformat_import()
+    import papermill
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+
+    kernel_dir = Path(tempfile.mkdtemp(prefix="perfkit-kernel-", dir=_short_tmp()))
+    # IPC sockets, not TCP: reachable only through files in this 0700 folder, which no other run shares.
+    # async, as nbclient expects: with a blocking client its wait for output never notices a dead kernel
+    km = AsyncKernelManager(
+        kernel_name=KERNEL,
+        transport="ipc",
+        ip=str(kernel_dir / "ipc"),
+        connection_file=str(kernel_dir / "kernel.json"),
+    )
+    stop = _Stopper(km)
+    try:
+        with stop.installed():
+            papermill.execute_notebook(
+                str(path),
+                str(output),
+                parameters=params,
+                kernel_name=KERNEL,
+                km=km,
+                progress_bar=False,
+                log_output=False,
+                execution_timeout=CELL_TIMEOUT_S,
+                start_timeout=START_TIMEOUT_S,
+                cwd=str(Path.cwd()),
+                # no IPython history: it would keep every cell (and any secret it printed) in ~/.ipython
+                extra_arguments=["--HistoryManager.enabled=False"],
+            )
+    except papermill.PapermillExecutionError as exc:
+        result.error = f"cell {exc.cell_index}: {exc.ename}: {exc.evalue}"
+    except Exception as exc:  # kernel died, timeout: keep what was written
+        result.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if km.has_kernel:  # a kernel we handed in is ours to stop
+            with contextlib.suppress(Exception):
+                run_sync(km.shutdown_kernel)(now=True)
+        with contextlib.suppress(Exception):
+            run_sync(km.cleanup_resources)()
+        shutil.rmtree(kernel_dir, ignore_errors=True)
+    if stop.signum is not None:
+        result.error = f"interrupted by {signal.Signals(stop.signum).name}" + (
+            f" ({result.error})" if result.error else ""
+        )
+    return stop.signum
+
+
+def _short_tmp() -> str:
+    """The temporary folder, unless its path is too long for a Unix socket (108 bytes): then /tmp."""
+    tmp = tempfile.gettempdir()
+    return tmp if len(tmp) < 60 else "/tmp"
+
+
+class _Stopper:
+    """SIGINT/SIGTERM during a run: interrupt the kernel (the cell raises KeyboardInterrupt); if the
+    cell does not end within GRACE_S, or on a second signal, kill the kernel. Either way papermill
+    returns with what was executed, and the caller scrubs and writes it."""
+
+    GRACE_S = 5.0
+
+    def __init__(self, km: Any) -> None:
+        self.km = km
+        self.signum: int | None = None
+        self._timer: threading.Timer | None = None
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _pid(self) -> int | None:
+        provisioner = getattr(self.km, "provisioner", None)
+        pid = getattr(provisioner, "pid", None) or getattr(getattr(provisioner, "process", None), "pid", None)
+        return int(pid) if pid else None
+
+    def _signal_kernel(self, sig: int) -> None:
+        pid = self._pid()
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:  # the second one: stop waiting for the cell
+            self._signal_kernel(signal.SIGKILL)
+            return
+        self.signum = signum
+        sys.stderr.write(
+            f"perfkit: {signal.Signals(signum).name}: interrupting the runbook; "
+            "the partial record and postmortem will be written (again to stop at once)\n"
+        )
+        self._signal_kernel(signal.SIGINT)
+        self._timer = threading.Timer(self.GRACE_S, self._signal_kernel, args=(signal.SIGKILL,))
+        self._timer.daemon = True
+        self._timer.start()

@@ -107,6 +107,9 @@ def open_incident(
     prometheus_url: str = "",
     prometheus_token_env: str = "",
     prometheus_token_file: str = "",
+    prometheus_basic_auth_user: str = "",
+    prometheus_password_env: str = "",
+    timeout_s: float = 30.0,
     tls_ca_file: str = "",
     alertmanager_url: str = "",
     logs: str = "",
@@ -166,6 +169,9 @@ def open_incident(
                 prometheus_url,
                 token_env=prometheus_token_env,
                 token_file=prometheus_token_file,
+                basic_auth_user=prometheus_basic_auth_user,
+                password_env=prometheus_password_env,
+                timeout_s=float(timeout_s or 30.0),
                 ca_file=tls_ca_file,
                 alertmanager_url=alertmanager_url,
                 logs=[p for p in logs.split(",") if p.strip()] if logs else [],
@@ -231,7 +237,12 @@ def section(key: str, title: str) -> Callable[[Callable[[Context], Section]], Ca
         def run(ctx: Context) -> Section:
             if ctx.error or ctx.engine is None:
                 why = ctx.error or "no evidence loaded"
-                return Section(Finding(key, title, f"not run: {why}", status="missing", missing=[why]))
+                # data.not_run tells `perfkit run` the evidence never loaded: the run failed
+                return Section(
+                    Finding(
+                        key, title, f"not run: {why}", status="missing", data={"not_run": why}, missing=[why]
+                    )
+                )
             try:
                 out = fn(ctx)
             except PerfkitError as exc:

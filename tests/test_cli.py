@@ -75,7 +75,10 @@ def test_malformed_metrics_line_names_file_and_line(scenario_copy):
     [
         (["-p", "colour=blue"], "unknown runbook parameter(s) colour"),
         (["-p", "start=2026-11-18T15:00:00Z", "-p", "end=2026-11-18T14:00:00Z"], "window: ends"),
-        (["-p", "start=yesterday", "-p", "end=2026-11-18T14:00:00Z"], "window: cannot read time"),
+        (
+            ["-p", "start=yesterday", "-p", "end=2026-11-18T14:00:00Z"],
+            "parameter start: cannot read 'yesterday'",
+        ),
     ],
 )
 def test_bad_run_parameters_are_one_line_errors(tmp_path, args, message):

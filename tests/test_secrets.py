@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from click.testing import CliRunner
@@ -10,7 +12,14 @@ from click.testing import CliRunner
 from perfkit.cli import cli
 from perfkit.errors import SecretLeak
 from perfkit.run import execute
-from perfkit.secrets import check_parameters, known_secrets, scrub
+from perfkit.secrets import (
+    check_parameters,
+    env_reference_error,
+    known_secrets,
+    parameter_warnings,
+    resolve_secret,
+    scrub,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "canary-9f8e7d6c5b4a39281706"
@@ -67,7 +76,7 @@ def test_canary_in_environment_does_not_leak_from_the_runbook(tmp_path, monkeypa
         ],
     )
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in out.iterdir() if p.is_file()) == [
+    assert sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")) == [
         "findings.json",
         "inference_latency.ipynb",
         "postmortem.html",
@@ -94,3 +103,219 @@ def test_cli_refuses_a_token_value(tmp_path):
     assert res.exit_code == 2
     assert "prometheus_token" in res.output and CANARY not in res.output
     assert not any(tmp_path.iterdir())
+
+
+# -- *_env parameters name a variable; they never hold its value (issue 7, row 4) -------------------
+
+PASTED_TOKENS = [
+    "sk-proj-abc123def456",
+    "a94a8fe5ccb19ba61c4c0873d391e987982fbbd3",  # 40 hex, starts with a letter: a valid identifier
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",
+    "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "glsa1234567890abcdefABCDEF",  # base62, no underscore
+    "AbCdEfGhIjKlMnOpQrStUvWxYz",  # mixed case, no digit, no underscore
+    "Bearer abcdefgh12345678",
+    "my secret value",
+    "http://prom:9090",
+]
+
+
+@pytest.mark.parametrize("token", PASTED_TOKENS)
+def test_env_reference_holding_a_token_is_refused_without_quoting_it(token):
+    for name in ("prometheus_token_env", "prometheus_password_env", "loki_token_env"):
+        with pytest.raises(SecretLeak) as err:
+            check_parameters({name: token})
+        message = str(err.value)
+        assert name in message and "NAME" in message
+        assert token not in message and token[:4] not in message
+
+
+def test_env_reference_rejects_non_text_and_dollar_prefix():
+    with pytest.raises(SecretLeak):
+        check_parameters({"prometheus_token_env": 12345678901234})
+    with pytest.raises(SecretLeak, match="without '\\$'"):
+        check_parameters({"prometheus_token_env": "$PROM_TOKEN"})
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["PROM_TOKEN", "GRAFANA_API_KEY_2", "AWS_SECRET_ACCESS_KEY", "_PRIVATE", "prom_token", "OPENAI_API_KEY"],
+)
+def test_real_variable_names_pass(name):
+    check_parameters({"prometheus_token_env": name, "prometheus_password_env": name})
+    assert env_reference_error("prometheus_token_env", name) is None
+    check_parameters({"prometheus_token_env": ""})
+
+
+def test_resolve_secret_never_quotes_a_pasted_token():
+    token = PASTED_TOKENS[1]
+    with pytest.raises(SecretLeak) as err:
+        resolve_secret(token)
+    assert token[:3] not in str(err.value)
+
+
+def test_parameter_warnings_name_references_that_point_at_nothing(tmp_path):
+    secret_file = tmp_path / "token"
+    secret_file.write_text("x")
+    params = {
+        "prometheus_token_env": "PROM_TOKEN",
+        "prometheus_token_file": str(tmp_path / "missing"),
+        "tls_ca_file": str(secret_file),
+        "prometheus_basic_auth_user": "admin",
+        "service": "chat",
+    }
+    warnings = parameter_warnings(params, environ={})
+    assert warnings == [
+        "prometheus_token_env: environment variable PROM_TOKEN is not set; the request goes without credentials",
+        f"prometheus_token_file: {tmp_path / 'missing'} does not exist",
+        "prometheus_basic_auth_user: no prometheus_password_env; basic auth goes without a password",
+    ]
+    assert parameter_warnings({"prometheus_token_env": "PROM_TOKEN"}, environ={"PROM_TOKEN": "t"}) == []
+    odd = parameter_warnings({"prometheus_token_env": "abcdefghijklmnopqrstuvwxyzabcdef"}, environ={})
+    assert odd and "abcdefghijklmnop" not in odd[0]  # maybe a token after all: not echoed
+
+
+# -- every secret of the environment is scrubbed, not only the referenced one (issue 7, row 6) ------
+
+ENVIRON = {
+    "OPENAI_KEY": "sk-proj-Zx81kQ0pLm3n",
+    "DATABASE_URL": "postgres://app:hunter2pass@db.internal:5432/x",
+    "GITHUB_TOKEN": "ghp_0123456789abcdefABCDEF0123456789abcd",
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "SMTP_PASS": "c0rrect'horse\\battery\"staple",
+    "SENTRY_DSN": "https://4f9e1c0b7d2a4e6f@o123.ingest.sentry.io/42",
+    "SESSION_SIGNING": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",  # no secret name, looks like one
+    "AUTH_MODE": "disabled",
+    "API_KEY_HEADER": "X-Api-Key",
+    "KEYCLOAK_PORT": "8443",
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/home/perfkit",
+    "LANG": "C.UTF-8",
+    "GIT_AUTHOR_EMAIL": "oncall@example.com",
+}
+LEAKED = [
+    "sk-proj-Zx81kQ0pLm3n",
+    "hunter2pass",
+    "ghp_0123456789abcdefABCDEF0123456789abcd",
+    "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "c0rrect'horse",
+    "battery",
+    "4f9e1c0b7d2a4e6f",
+    "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+]
+
+
+def environ_notebook(environ: dict[str, str]) -> dict:
+    """An executed notebook whose cells printed the environment every way a person might."""
+    from urllib.parse import quote
+
+    return {
+        "cells": [
+            {
+                "cell_type": "code",
+                "source": ["import os\n", "print(os.environ)"],
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": [f"environ({environ!r})\n"]},
+                ],
+            },
+            {
+                "cell_type": "code",
+                "source": ["dict(os.environ)"],
+                "outputs": [
+                    {
+                        "output_type": "execute_result",
+                        "data": {
+                            "text/plain": [repr(environ)],
+                            "application/json": dict(environ),
+                            "text/html": [
+                                "<table>"
+                                + "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in environ.items())
+                                + "</table>"
+                            ],
+                        },
+                    },
+                ],
+            },
+            {
+                "cell_type": "code",
+                "source": ["%env"],
+                "outputs": [
+                    {
+                        "output_type": "stream",
+                        "name": "stdout",
+                        "text": [f"{k}={v}\n" for k, v in environ.items()],
+                    },
+                    {
+                        "output_type": "stream",
+                        "name": "stdout",
+                        "text": [f"?{k}={quote(v, safe='')}\n" for k, v in environ.items()],
+                    },
+                ],
+            },
+        ],
+        "metadata": {"kernelspec": {"name": "python3"}},
+    }
+
+
+def test_notebook_printing_os_environ_is_fully_scrubbed():
+    secrets = known_secrets({}, ENVIRON)
+    clean, hits = scrub(environ_notebook(ENVIRON), secrets)
+    text = json.dumps(clean, ensure_ascii=False)
+    assert hits > 0
+    for leaked in LEAKED:
+        assert leaked not in text, leaked
+        assert quote(leaked, safe="") not in text, leaked
+    assert "c0rrect" not in text and "staple" not in text
+    for kept in ("disabled", "X-Api-Key", "8443", "/usr/local/bin:/usr/bin:/bin", "/home/perfkit", "C.UTF-8"):
+        assert kept in text, kept
+    assert "oncall@example.com" in text  # AUTHOR is not AUTH
+    assert clean["metadata"] == {"kernelspec": {"name": "python3"}}
+
+
+def test_scrub_leaves_a_notebook_without_secrets_alone():
+    nb = environ_notebook({"PATH": "/usr/bin", "HOME": "/root"})
+    clean, hits = scrub(nb, known_secrets({}, ENVIRON))
+    assert hits == 0 and clean == nb
+
+
+ENV_LEAK_NOTEBOOK = {
+    "cells": [
+        {
+            "id": "parameters",
+            "cell_type": "code",
+            "metadata": {"tags": ["parameters"]},
+            "source": "service = 'chat'",
+            "outputs": [],
+            "execution_count": None,
+        },
+        {
+            "id": "print-environ",
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": "import os\nprint(os.environ)\ndict(os.environ)",
+        },
+    ],
+    "metadata": {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    },
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+@pytest.mark.notebook
+def test_a_cell_printing_os_environ_leaks_nothing(tmp_path, monkeypatch):
+    for name in ("OPENAI_KEY", "DATABASE_URL", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AUTH_MODE"):
+        monkeypatch.setenv(name, ENVIRON[name])
+    runbook = tmp_path / "env_leak.ipynb"
+    runbook.write_text(json.dumps(ENV_LEAK_NOTEBOOK))
+    out = tmp_path / "out"
+    result = execute(str(runbook), out, {"service": "chat"})
+    assert result.error is None, result.error
+    assert "OPENAI_KEY" in result.notebook.read_text()  # the cell did print the environment
+    for leaked in LEAKED[:4]:
+        assert files_containing(out, leaked) == [], leaked
+    assert "disabled" in result.notebook.read_text()

@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import requests
@@ -46,38 +46,175 @@ def binary(engine: str) -> str:
     return path
 
 
+class NotOurProcess(ConfigError):
+    """The PID recorded for a lab server now runs another program: it was not signalled.
+
+    The server perfkit started is no longer running under that PID (it exited, and the PID was
+    reused or the state file was edited), so its state is stale and can be removed.
+    """
+
+
+def process_identity(pid: int) -> tuple[list[str], int | None] | None:
+    """``(argv, start time)`` of a running process; ``None`` when there is none (or only a zombie:
+    exited, not yet reaped).
+
+    On Linux: ``/proc/PID/cmdline`` and field 22 of ``/proc/PID/stat`` (clock ticks since boot: a
+    reused PID gets a new one). Elsewhere: ``ps -o args=`` split on spaces, with no start time.
+    The argv is empty for a kernel thread, and for a moment while a process is being exec'd.
+    """
+    proc = Path("/proc")
+    if (proc / "self").exists():
+        try:
+            stat = (proc / str(pid) / "stat").read_text(errors="replace")
+            raw = (proc / str(pid) / "cmdline").read_bytes()
+        except OSError:  # no such process (or not ours to read)
+            return None
+        fields = stat.rpartition(")")[2].split()  # after "pid (comm)": field 3 (state) onwards
+        if not fields or fields[0] in ("Z", "X"):
+            return None
+        try:
+            started: int | None = int(fields[22 - 3])
+        except (IndexError, ValueError):
+            started = None
+        return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]], started
+    try:
+        res = subprocess.run(
+            ["ps", "-o", "stat=", "-o", "args=", "-p", str(pid)], capture_output=True, text=True
+        )
+    except OSError:
+        return None
+    state, _, args = res.stdout.strip().partition(" ")
+    if res.returncode != 0 or not state or state.startswith("Z"):
+        return None
+    return args.strip().split(" "), None
+
+
 @dataclass
 class LabServer:
+    """A lab server perfkit started, as recorded in its state file (``as_dict`` / ``LabServer(**state)``).
+
+    ``cmdline`` and ``started`` are the process's argv and start time, read right after it was
+    spawned; :meth:`stop` signals the PID only while it still runs exactly that. State files
+    written before they were recorded still load; their PID is then signalled only when it runs
+    the engine's binary on this server's ``data_dir``.
+    """
+
     engine: str
     url: str
     pid: int
     data_dir: str
     log: str
     bundle: str = ""
+    cmdline: list[str] = field(default_factory=list)
+    started: int | None = None
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM the process we started (by PID), then SIGKILL if it lingers."""
+    def stop(self, timeout_s: float = 10.0) -> bool:
+        """SIGTERM the process we started (by PID), then SIGKILL if it lingers.
+
+        Returns True when it was running and has been stopped, False when it was not running.
+        Raises :class:`NotOurProcess` (nothing signalled) when the PID now runs another program.
+        """
+        handle = _pidfd(self.pid)  # pins the process: a PID reused after this check is not signalled
         try:
-            os.kill(self.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return
-            try:
-                if os.waitpid(self.pid, os.WNOHANG)[0] == self.pid:
-                    return
-            except ChildProcessError:
-                pass
-            time.sleep(0.05)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+            identity = process_identity(self.pid)
+            if identity is None:
+                _reap(self.pid)  # gone, or exited and not yet reaped by us
+                return False
+            refusal = self._refusal(*identity)
+            if refusal:
+                raise NotOurProcess(refusal)
+            if not _signal(handle, self.pid, signal.SIGTERM):
+                return False
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if _exited(self.pid, identity[1]):
+                    return True
+                time.sleep(0.05)
+            _signal(handle, self.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            while not _exited(self.pid, identity[1]) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return True
+        finally:
+            if handle is not None:
+                os.close(handle)
+
+    def _refusal(self, argv: list[str], started: int | None) -> str | None:
+        """Why the running PID is not this server (``None`` when it is)."""
+        if self.cmdline:
+            same = argv == list(self.cmdline) and (
+                self.started is None or started is None or started == self.started
+            )
+        else:  # an older state file: the engine's binary, on this server's data dir
+            names = {ENGINES.get(self.engine, (self.engine, ""))[0], self.engine}
+            same = (
+                bool(argv)
+                and Path(argv[0]).name in names
+                and any(self.data_dir and a.endswith("=" + self.data_dir) for a in argv[1:])
+            )
+        if same:
+            return None
+        shown = " ".join(argv)
+        shown = shown if len(shown) <= 80 else shown[:79] + "…"
+        return (
+            f"pid {self.pid} is no longer the {self.engine} server perfkit started "
+            f"(it runs {shown!r}); not signalled"
+        )
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid`` (Linux 5.3+), so signals reach that process even if the PID is reused."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
+def _signal(handle: int | None, pid: int, sig: int) -> bool:
+    """Send ``sig``; False when the process is already gone."""
+    try:
+        if handle is not None:
+            signal.pidfd_send_signal(handle, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _exited(pid: int, started: int | None) -> bool:
+    """Whether the process ``pid`` that started at ``started`` has exited (reaped when it is our child)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    except ChildProcessError:
+        pass
+    identity = process_identity(pid)
+    return identity is None or (started is not None and identity[1] != started)
+
+
+def _spawned(proc: subprocess.Popen) -> tuple[list[str], int | None]:
+    """The identity of a process we just spawned, read once its exec is complete (Popen can
+    return while the kernel is still laying out the new argv); argv as passed if it cannot be read."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        identity = process_identity(proc.pid)
+        if identity is not None and identity[0]:
+            return identity
+        if identity is None or time.monotonic() > deadline:
+            return [str(a) for a in proc.args], None  # type: ignore[union-attr]
+        time.sleep(0.005)
 
 
 def _wait_ready(url: str, path: str, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
@@ -165,8 +302,9 @@ def start_prometheus(bundle: Path, workdir: Path, *, port: int = 0, detach: bool
         log,
         detach,
     )
+    cmdline, started = _spawned(proc)
     _wait_ready(url, "/-/ready", proc, log)
-    return LabServer("prometheus", url, proc.pid, str(data), str(log), str(bundle))
+    return LabServer("prometheus", url, proc.pid, str(data), str(log), str(bundle), cmdline, started)
 
 
 def prometheus_text_ms(metric_files: list[Path]) -> str:
@@ -212,6 +350,7 @@ def start_victoriametrics(bundle: Path, workdir: Path, *, port: int = 0, detach:
         log,
         detach,
     )
+    cmdline, started = _spawned(proc)
     _wait_ready(url, "/health", proc, log)
     body = prometheus_text_ms(files).encode()
     step = 8 << 20
@@ -228,7 +367,7 @@ def start_victoriametrics(bundle: Path, workdir: Path, *, port: int = 0, detach:
                 status=resp.status_code,
             )
     requests.get(f"{url}/internal/force_flush", timeout=30)
-    return LabServer("victoriametrics", url, proc.pid, str(data), str(log), str(bundle))
+    return LabServer("victoriametrics", url, proc.pid, str(data), str(log), str(bundle), cmdline, started)
 
 
 def start(engine: str, bundle: Path, workdir: Path, *, port: int = 0, detach: bool = False) -> LabServer:

@@ -62,7 +62,7 @@ def render_postmortem(
     secrets = nb.secret_values()
 
     md = _env("md").get_template("postmortem.md.j2").render(doc=doc)
-    paths["markdown"] = _write(out / "postmortem.md", scrub(md, secrets))
+    paths["markdown"] = _write(out / "postmortem.md", scrub(md, secrets, markdown=True))
 
     html = _env("html").get_template("postmortem.html.j2").render(doc=doc, plotlyjs_mark=_PLOTLYJS_MARK)
     html = scrub(html, secrets)  # before plotly.js goes in: never rewrite the library's code
@@ -130,7 +130,7 @@ class Document:
 
     header: dict[str, Any]
     complete: bool
-    notices: list[str]
+    notices: list[str]  # perfkit's own sentences, shown as Markdown: never evidence text
     summary: str
     summary_items: list[FindingView]
     impact: dict[str, Any] | None
@@ -508,42 +508,107 @@ def format_cell(value: Any) -> str:
 
 
 _ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
+#: Always backslash-escaped: they open code spans, emphasis, links/images (``[``), headings,
+#: table cells, strikethrough/fences and (GitHub) math. ``_`` is escaped unless it sits between
+#: two letters or digits, where CommonMark never reads it as emphasis (``ttft_p95_s`` stays readable).
+_MD_ALWAYS = frozenset("\\`*[]#|~$")
+#: Block markers that only count at the start of a line: bullets, setext underlines, ``1.``/``1)``.
+_MD_LINE_MARK = re.compile(r"^([ \t]*)([-+=])", re.M)
+_MD_LINE_ORDINAL = re.compile(r"^([ \t]*\d{1,9})([.)])(?=[ \t]|$)", re.M)
+_MD_WWW = re.compile(r"(www)\.", re.IGNORECASE)
+#: perfkit's redaction marker as md_escape spells it, unless a ``(``, ``[``, ``:`` or escape follows.
+_MD_REDACTED = re.compile(re.escape("\\[" + REDACTED[1:-1] + "\\]") + r"(?![(\[:\\])")
 
 
-def md_escape(value: Any) -> Any:
-    """Markdown text that cannot inject HTML: ``<``/``>`` (and ``&`` before an entity) escaped.
+def md_escape(value: Any, *, bare_urls: bool = False) -> Any:
+    """Evidence text as inert Markdown: it reads the same once rendered, but cannot create links,
+    images, HTML, headings, lists, tables or emphasis. This is the one escaping function for
+    ``postmortem.md``; it is the Markdown environment's ``finalize``, so every ``{{ value }}`` goes
+    through it, and :class:`~markupsafe.Markup` (perfkit's own Markdown) passes through untouched.
 
-    Used as the Markdown environment's ``finalize``: :class:`~markupsafe.Markup` passes through.
+    - ``< > &`` become ``&lt; &gt; &amp;`` (``&`` only before an entity), so no raw HTML and no
+      ``<http://…>`` autolink; `` \\ ` * [ ] # | ~ $ `` and ``_`` outside a word are backslash-escaped;
+    - at the start of a line, ``- + =`` and the ``.``/``)`` of ``1.`` are escaped (no lists,
+      setext headings or thematic breaks);
+    - GFM's bare-URL autolinks are broken: the ``:`` of ``://`` and the ``.`` of ``www.`` are
+      escaped (``http\\://evil.example`` renders as the text ``http://evil.example``, unlinked).
+      ``bare_urls=True`` keeps them (the provenance table's parameter values: the operator's own
+      inputs, such as ``prometheus_url``). E-mail addresses are not changed: cmark-gfm links
+      ``user@host`` as ``mailto:`` whatever the escaping; such a link shows its own target and
+      loads nothing.
+    - perfkit's redaction marker ``[redacted]`` is left as it is (it cannot form a link: no
+      evidence line can start a ``[label]:`` definition, and it is kept escaped before ``(``, ``[``, ``:``).
     """
     if isinstance(value, Markup):
         return value
     if value is None:
         return ""
     text = value if isinstance(value, str) else str(value)
-    return _ENTITY.sub("&amp;", text).replace("<", "&lt;").replace(">", "&gt;")
+    out: list[str] = []
+    last = len(text) - 1
+    for i, ch in enumerate(text):
+        if ch in _MD_ALWAYS:
+            out.append("\\" + ch)
+        elif ch == "_":
+            inside_word = 0 < i < last and text[i - 1].isalnum() and text[i + 1].isalnum()
+            out.append("_" if inside_word else "\\_")
+        elif ch == "<":
+            out.append("&lt;")
+        elif ch == ">":
+            out.append("&gt;")
+        elif ch == "&" and _ENTITY.match(text, i):
+            out.append("&amp;")
+        elif ch == ":" and not bare_urls and text.startswith("//", i + 1):
+            out.append("\\:")
+        else:
+            out.append(ch)
+    text = "".join(out)
+    if not bare_urls:
+        text = _MD_WWW.sub(r"\1\\.", text)
+    text = _MD_LINE_MARK.sub(r"\1\\\2", text)
+    text = _MD_LINE_ORDINAL.sub(r"\1\\\2", text)
+    return _MD_REDACTED.sub(REDACTED, text)
 
 
 def md_oneline(value: Any) -> Markup:
     """Escaped Markdown text on one line (for headings, list items and image alt text)."""
-    return Markup(" ".join(md_escape(value).split()))
+    if isinstance(value, Markup):
+        return Markup(" ".join(value.split()))
+    return Markup(md_escape(" ".join(("" if value is None else str(value)).split())))
 
 
 def md_alt(value: Any) -> Markup:
-    """Escaped text for an image's alt text (no brackets)."""
-    return Markup(md_oneline(value).replace("[", "(").replace("]", ")"))
+    """Escaped text for an image's alt text (brackets shown as parentheses)."""
+    return md_oneline(("" if value is None else str(value)).replace("[", "(").replace("]", ")"))
 
 
-def md_cell(value: Any) -> str:
-    """One GFM table cell: escaped, ``|`` escaped, newlines as ``<br>``."""
-    text = md_escape(format_cell(value)).replace("\\", "\\\\").replace("|", "\\|")
-    return "<br>".join(line.strip() for line in text.strip().splitlines()) or " "
+def md_code_span(value: Any) -> Markup:
+    """A GFM code span (its content is literal, so it is not escaped; one line)."""
+    body = " ".join(("" if value is None else str(value)).split())
+    if not body:
+        return Markup("")
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return Markup(f"{fence}{pad}{body}{pad}{fence}")
+
+
+def md_cell(value: Any, *, bare_urls: bool = False) -> str:
+    """One GFM table cell: escaped (``|`` too, so it cannot split the row), newlines as ``<br>``."""
+    text = value if isinstance(value, Markup) else md_escape(format_cell(value), bare_urls=bare_urls)
+    return "<br>".join(line.strip() for line in str(text).strip().splitlines()) or " "
 
 
 def md_table(
-    table: Any, columns: Iterable[str] | None = None, headers: Iterable[str] | None = None
+    table: Any,
+    columns: Iterable[str] | None = None,
+    headers: Iterable[str] | None = None,
+    *,
+    bare_urls: bool = False,
 ) -> Markup:
     """A GFM table from ``{"columns", "rows"}``, or from a list of dict rows (``columns`` are the
-    keys to show, ``headers`` their titles)."""
+    keys to show, ``headers`` their titles). Every cell goes through :func:`md_escape`
+    (``bare_urls`` as there: only for the operator's own parameter values)."""
     if not table:
         return Markup("")
     if columns is not None:
@@ -556,7 +621,7 @@ def md_table(
         "| " + " | ".join(md_cell(h) for h in header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]
-    lines += ["| " + " | ".join(md_cell(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(md_cell(v, bare_urls=bare_urls) for v in row) + " |" for row in rows]
     return Markup("\n".join(lines))
 
 
@@ -584,9 +649,11 @@ def html_json(value: Any) -> Markup:
     return Markup(text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def scrub(text: str, secrets: Iterable[str], *, json_escaped: bool = False) -> str:
+def scrub(text: str, secrets: Iterable[str], *, json_escaped: bool = False, markdown: bool = False) -> str:
     """``text`` with every known secret value (8+ characters) replaced by ``[redacted]``,
-    also in its HTML-escaped (and, with ``json_escaped``, JSON-escaped) spelling."""
+    also in its HTML-escaped (and, with ``json_escaped``, JSON-escaped) spelling; with
+    ``markdown``, also as :func:`md_escape` may have spelled it (backslashes before punctuation,
+    entities for ``< > &``, whitespace collapsed or broken into ``<br>``)."""
     for secret in secrets:
         if len(secret) < 8:
             continue
@@ -595,7 +662,27 @@ def scrub(text: str, secrets: Iterable[str], *, json_escaped: bool = False) -> s
             spellings.add(json.dumps(secret, ensure_ascii=False)[1:-1])
         for spelling in spellings:
             text = text.replace(spelling, REDACTED)
+        if markdown:
+            text = _md_spellings(secret).sub(lambda _: REDACTED, text)
     return text
+
+
+def _md_spellings(secret: str) -> re.Pattern[str]:
+    """A pattern for ``secret`` as it may appear in escaped Markdown (see :func:`md_escape`)."""
+    parts: list[str] = []
+    for ch in secret:
+        if ch in _MD_ENTITIES:
+            parts.append(f"(?:{re.escape(ch)}|{_MD_ENTITIES[ch]})")
+        elif ch.isspace():
+            parts.append(r"(?:\s|<br>)+")
+        elif ch.isascii() and not ch.isalnum():
+            parts.append(r"\\?" + re.escape(ch))
+        else:
+            parts.append(re.escape(ch))
+    return re.compile("".join(parts))
+
+
+_MD_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -666,6 +753,7 @@ def _env(kind: str) -> Any:
         )
         env.filters["table"] = md_table
         env.filters["code"] = md_code_block
+        env.filters["code_span"] = md_code_span
         env.filters["oneline"] = md_oneline
         env.filters["alt"] = md_alt
     env.filters["cell"] = format_cell

@@ -62,6 +62,7 @@ class AlertmanagerClient(HttpSource):
         verify: bool = True,
         ca_file: str | None = None,
         timeout_s: float = 10.0,
+        total_timeout_s: float | None = None,
         retries: int = 3,
         backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
@@ -74,6 +75,7 @@ class AlertmanagerClient(HttpSource):
             verify=verify,
             ca_file=ca_file,
             timeout_s=timeout_s,
+            total_timeout_s=total_timeout_s,
             retries=retries,
             backoff_s=backoff_s,
             sleep=sleep,
@@ -91,7 +93,7 @@ class AlertmanagerClient(HttpSource):
                 f"{shown}: HTTP {status}: {self._snippet(resp.text)!r}", url=shown, status=status
             )
         try:
-            return resp.json()
+            return self.read_json(shown, resp)
         except ValueError:
             raise SourceError(
                 f"{shown}: HTTP {status}: answer is not JSON ({self._snippet(resp.text)!r})",

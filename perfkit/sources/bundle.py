@@ -3,10 +3,22 @@
 Missing parts are not errors: a bundle without ``logs/`` or ``events.csv`` loads, and the gap is
 listed in :attr:`Bundle.missing` so runbooks can say what they could not check. Malformed parts
 are errors naming the file and line.
+
+A bundle is untrusted (a drill from someone else, a capture from another machine), so:
+
+* a file or folder that resolves through a symlink to somewhere *outside* the bundle (``logs/``
+  linked to ``/var/log``, ``metrics/a.om`` linked to ``/dev/zero``) is never opened: it is listed
+  in :attr:`Bundle.missing` as refused, with its path (for ``incident.yaml``, which every bundle
+  needs, it is a :class:`~perfkit.errors.BundleError`). Symlinks that stay inside are followed;
+* a FIFO, device or socket is never opened; it is listed in :attr:`Bundle.missing`;
+* every reader is bounded (:mod:`perfkit.sources.openmetrics`, :mod:`perfkit.sources.logs`,
+  :mod:`perfkit.safeyaml`; ``events.csv`` over :data:`MAX_EVENTS_BYTES` is not read).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +27,11 @@ import polars as pl
 from perfkit.errors import BundleError
 from perfkit.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, MetricStore
 from perfkit.incident import Incident, read_incident
+from perfkit.safeio import not_regular, outside, size_text
 from perfkit.sources import openmetrics
+
+MAX_EVENTS_BYTES = 64 * 2**20
+"""Largest events.csv read: about half a million events, far more than any incident's history."""
 
 
 @dataclass
@@ -32,44 +48,101 @@ class Bundle:
 
 
 def load_bundle(path: str | Path, *, incident: Incident | None = None) -> Bundle:
-    """Load everything a bundle holds; ``incident`` overrides its incident.yaml (e.g. a runbook's window)."""
+    """Load everything a bundle holds; ``incident`` overrides its incident.yaml (e.g. a runbook's window).
+
+    Raises :class:`~perfkit.errors.BundleError` for a missing folder, a missing, malformed or
+    refused ``incident.yaml`` and a malformed metrics file. Anything else that cannot or may not
+    be read (see the module docstring) is listed in :attr:`Bundle.missing`.
+    """
     root = Path(path)
     if not root.is_dir():
         raise BundleError("bundle folder not found", path=str(root))
+    if incident is None:
+        where = outside(root / "incident.yaml", root)
+        if where is not None:
+            raise BundleError(
+                f"resolves outside the bundle (to {where}); refused", path=str(root / "incident.yaml")
+            )
     inc = incident or read_incident(root / "incident.yaml")
     missing: list[str] = []
     files: dict[str, list[str]] = {}
 
-    metric_files = sorted((root / "metrics").glob("*.om")) if (root / "metrics").is_dir() else []
-    if not (root / "metrics").is_dir():
+    metrics_dir = root / "metrics"
+    metric_files = _members(root, "metrics", "*.om", missing)
+    if not metrics_dir.is_dir():
         missing.append("metrics: the bundle has no metrics/ folder")
-    elif not metric_files:
+    elif not metric_files and not any(m.startswith("metrics: ") for m in missing):
         missing.append("metrics: metrics/ holds no *.om files")
     store = openmetrics.read_files(metric_files) if metric_files else MetricStore()
-    files["metrics"] = [str(p.relative_to(root)) for p in metric_files]
+    files["metrics"] = [_rel(p, root) for p in metric_files]
 
     from perfkit.sources.events import read_events
 
     events_path = root / "events.csv"
-    if events_path.exists():
-        events = read_events(events_path)
+    events = pl.DataFrame(schema=EVENTS_SCHEMA)
+    if os.path.lexists(events_path):
+        refused = _refusal(events_path, root)
+        if refused is None and events_path.stat().st_size > MAX_EVENTS_BYTES:
+            refused = f"over the {size_text(MAX_EVENTS_BYTES)} limit, not read"
+        if refused is None:
+            events = read_events(events_path)
+        else:
+            missing.append(f"events: events.csv {refused}")
     else:
-        events = pl.DataFrame(schema=EVENTS_SCHEMA)
         missing.append("events: no events.csv (deploy history unknown)")
 
-    log_paths = (
-        sorted(p for p in (root / "logs").glob("*") if p.is_file()) if (root / "logs").is_dir() else []
-    )
-    files["logs"] = [str(p.relative_to(root)) for p in log_paths]
+    log_paths = _members(root, "logs", "*", missing)
+    files["logs"] = [_rel(p, root) for p in log_paths]
     logs = pl.DataFrame(schema=LOG_SCHEMA)
     stats = pl.DataFrame(schema=STATS_SCHEMA)
     unknown = 0
     if log_paths:
         from perfkit.sources.logs import read_logs
 
-        result = read_logs(log_paths, window=inc.window)
+        result = read_logs(log_paths, window=inc.window, root=root)
         logs, stats, unknown = result.records, result.stats, result.unknown
         missing.extend(f"logs: {err}" for err in result.errors)
-    else:
+    elif not any(m.startswith("logs: ") for m in missing):
         missing.append("logs: the bundle has no logs/")
     return Bundle(root, inc, store, events, logs, stats, unknown, files, missing)
+
+
+def _rel(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def _refusal(path: Path, root: Path) -> str | None:
+    """Why ``path`` (in ``root``) may not be read: it resolves outside ``root``, it is gone (a
+    broken link) or it is not a regular file; None when it may."""
+    where = outside(path, root)
+    if where is not None:
+        return f"resolves outside the bundle (to {where}), not read"
+    try:
+        mode = path.stat().st_mode
+    except OSError as err:
+        return f"cannot be read ({err.strerror or type(err).__name__})"
+    if not stat.S_ISREG(mode):
+        return f"is {not_regular(mode)}, not read"
+    return None
+
+
+def _members(root: Path, folder: str, pattern: str, missing: list[str]) -> list[Path]:
+    """The readable files ``folder/pattern`` of the bundle, sorted; every refusal goes to ``missing``
+    (as ``"<folder>: <path> <why>"``). Sub-folders are skipped."""
+    where = root / folder
+    if not where.is_dir():
+        return []
+    outside_to = outside(where, root)
+    if outside_to is not None:
+        missing.append(f"{folder}: {folder}/ resolves outside the bundle (to {outside_to}), not read")
+        return []
+    found: list[Path] = []
+    for p in sorted(where.glob(pattern)):
+        if p.is_dir():
+            continue
+        refused = _refusal(p, root)
+        if refused is None:
+            found.append(p)
+        else:
+            missing.append(f"{folder}: {_rel(p, root)} {refused}")
+    return found

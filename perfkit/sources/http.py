@@ -3,6 +3,14 @@ backoff, and error messages that name the URL and status but never a credential.
 
 * 429 and 5xx answers, timeouts and refused connections are retried with exponential backoff
   (``backoff_s``, doubled each time), then raise :class:`~perfkit.errors.SourceError`;
+* every request waits at most ``timeout_s`` for the connection and between bytes, and all
+  attempts of one call, backoff included, at most ``total_timeout_s`` (default 4 × ``timeout_s``):
+  past it, ``SourceError("<url>: no answer within 30 s (total 120.0 s over 4 attempts)")``;
+* answers are read in pieces, at most ``max_answer_bytes`` (256 MiB, after decompression):
+  a larger one is a SourceError, never a MemoryError;
+* :meth:`HttpSource.read_json` (:func:`parse_json`) decodes an answer refusing one nested deeper
+  than :data:`MAX_JSON_DEPTH` levels (a ``[[[[...]]]]`` answer is a SourceError, not a
+  RecursionError traceback, and no deep structure reaches the code that walks it);
 * 401/403 raise at once ("not authorised"), other answers go back to the API client to decode;
 * URLs are shown without ``user:password``; answer text is shown only after the session's own
   token and password, and anything credential-like, are replaced by ``[redacted]``.
@@ -13,18 +21,86 @@ and no waiting.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import requests
+import urllib3
 
 from perfkit.errors import SourceError
-from perfkit.secrets import REDACTED, redact_text, resolve_secret
+from perfkit.safeio import size_text
+from perfkit.secrets import REDACTED, redact_text, resolve_secret, strip_userinfo
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
+MAX_ANSWER_BYTES = 256 * 2**20
+"""Largest answer read: a range query at the 11,000-point cap for ~1,000 series is ~200 MiB of JSON."""
+MAX_JSON_DEPTH = 64
+"""Deepest JSON accepted: Prometheus, Loki and Alertmanager answers nest 3 to 7 levels."""
+TOTAL_TIMEOUT_FACTOR = 4
+"""``total_timeout_s`` defaults to this many times ``timeout_s``."""
+_PIECE = 2**16
+
+_QUOTED = re.compile(rb'"[^"]*"')
+_KEEP_BRACKETS_AND_QUOTES = bytes(b for b in range(256) if b not in b'[]{}"')
+_LEAF_MARKS = b"()<>"
+
+
+def json_deeper_than(body: bytes, max_depth: int) -> bool:
+    """Whether the *valid* JSON ``body`` (UTF-8) nests deeper than ``max_depth`` levels.
+
+    Only brackets outside strings count. Escapes go first (in valid JSON a backslash is only in
+    a string: ``\\\\`` pairs, then ``\\"``), then everything but brackets and quotes; empty
+    quote pairs go (an empty string, or the seam between two strings with nothing structural
+    between them: either way no bracket changes side), then the strings left, which hold
+    brackets. The brackets left are balanced: each pass removes the innermost pairs of the
+    text as it was at the start of the pass (marked, then deleted), so after ``max_depth``
+    passes nothing is left unless it nests deeper. All in C (bytes methods): a 60 MiB range
+    answer takes well under a second.
+    """
+    if body.count(b"[") + body.count(b"{") <= max_depth:
+        return False
+    text = body.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _KEEP_BRACKETS_AND_QUOTES)
+    while b'""' in text:
+        text = text.replace(b'""', b"")
+    if b'"' in text:
+        text = _QUOTED.sub(b"", text)
+    for _ in range(max_depth):
+        if not text:
+            return False
+        text = text.replace(b"[]", b"()").replace(b"{}", b"<>").translate(None, _LEAF_MARKS)
+    return bool(text)
+
+
+def parse_json(
+    body: bytes | str, *, url: str, status: int | None = None, max_depth: int = MAX_JSON_DEPTH
+) -> Any:
+    """Decode a JSON answer from ``url``, refusing one nested deeper than ``max_depth`` levels.
+
+    Raises :class:`~perfkit.errors.SourceError` ``"<url>: HTTP <status>: answer nested deeper than
+    64 levels"`` for a too-deep answer, and :class:`ValueError` when ``body`` is not JSON (the
+    caller says so in its own words, with a snippet).
+    """
+    try:
+        data = json.loads(body)
+    except RecursionError:  # json's C decoder stops near 1,000 levels
+        data, deep = None, True
+    else:
+        raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+        if json.detect_encoding(raw) not in ("utf-8", "utf-8-sig"):
+            raw = raw.decode(json.detect_encoding(raw)).encode("utf-8")
+        deep = json_deeper_than(raw, max_depth)
+    if deep:
+        where = f"{url}: HTTP {status}" if status is not None else url
+        raise SourceError(f"{where}: answer nested deeper than {max_depth} levels", url=url, status=status)
+    return data
+
+
+class _Deadline(Exception):
+    """The total deadline of one call passed while an answer was being read."""
 
 
 @dataclass
@@ -52,11 +128,9 @@ class Auth:
 
 
 def safe_url(url: str) -> str:
-    """``url`` without user:password (shown in errors instead of the real one)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    """``url`` without user:password (shown in errors instead of the real one): one rule for every
+    place perfkit shows or records a URL, :func:`perfkit.secrets.strip_userinfo`."""
+    return strip_userinfo(url)
 
 
 def session_secrets(session: requests.Session) -> list[str]:
@@ -88,12 +162,22 @@ class HttpSource:
         retries: int = 3,
         backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        total_timeout_s: float | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        if total_timeout_s is not None and total_timeout_s <= 0:
+            raise ValueError(f"total_timeout_s must be positive, got {total_timeout_s}")
         self.url = url.rstrip("/")
         self.session = session or requests.Session()
         self._secrets = (auth or Auth()).apply(self.session)
         self.session.verify = ca_file or verify
         self.timeout_s = timeout_s
+        self.total_timeout_s = (
+            total_timeout_s if total_timeout_s is not None else TOTAL_TIMEOUT_FACTOR * timeout_s
+        )
+        self.max_answer_bytes = max_answer_bytes
         self.retries = retries
         self.backoff_s = backoff_s
         self.sleep = sleep
@@ -112,32 +196,120 @@ class HttpSource:
     def fetch(
         self, path: str, params: Any = None, headers: Mapping[str, str] | None = None
     ) -> tuple[str, requests.Response]:
-        """GET ``path`` with retries; returns (URL as shown, response) for any non-auth answer < 429 or 4xx."""
+        """GET ``path`` with retries; returns (URL as shown, response) for any non-auth answer < 429 or 4xx.
+
+        The answer's body is read (at most ``max_answer_bytes``) before it is returned, within
+        the call's deadline (``total_timeout_s`` from the first attempt, backoff included).
+        """
         url = f"{self.url}{path}"
         shown = safe_url(url)
         attempts = self.retries + 1
-        last, status = "", None
+        started = time.monotonic()
+        deadline = started + self.total_timeout_s
+        last, status, silent = "", None, False
+        made = 0
         for attempt in range(attempts):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            made += 1
             try:
                 resp = self.session.get(
-                    url, params=params, headers=dict(headers or {}), timeout=self.timeout_s
+                    url,
+                    params=params,
+                    headers=dict(headers or {}),
+                    timeout=min(self.timeout_s, left),
+                    stream=True,
                 )
-            except requests.Timeout:
-                last, status = f"timed out after {self.timeout_s:g} s", None
-            except requests.ConnectionError as exc:
-                last, status = f"cannot connect ({type(exc).__name__})", None
-            except requests.RequestException as exc:
-                raise SourceError(f"{shown}: request failed ({type(exc).__name__})", url=shown) from None
-            else:
                 status = resp.status_code
                 if status in RETRY_STATUSES:
-                    last = f"HTTP {status}"
+                    _close(resp)
+                    last, silent = f"HTTP {status}", False
                 elif status in (401, 403):
+                    _close(resp)
                     raise SourceError(
                         f"{shown}: HTTP {status}: not authorised ({self.auth_hint})", url=shown, status=status
                     )
                 else:
+                    self._read_body(resp, shown, deadline)
                     return shown, resp
+            except (requests.Timeout, urllib3.exceptions.TimeoutError):
+                last, status, silent = f"timed out after {self.timeout_s:g} s", None, True
+            except _Deadline:
+                last, status, silent = "answer still arriving at the deadline", None, True
+                break
+            except (requests.ConnectionError, urllib3.exceptions.HTTPError) as exc:
+                last, status, silent = f"cannot connect ({type(exc).__name__})", None, True
+            except requests.RequestException as exc:
+                raise SourceError(f"{shown}: request failed ({type(exc).__name__})", url=shown) from None
             if attempt < self.retries:
-                self.sleep(self.backoff_s * (2**attempt))
-        raise SourceError(f"{shown}: {last} after {attempts} attempts", url=shown, status=status)
+                pause = self.backoff_s * (2**attempt)
+                if time.monotonic() + pause >= deadline:
+                    break
+                self.sleep(pause)
+        else:
+            raise SourceError(f"{shown}: {last} after {attempts} attempts", url=shown, status=status)
+        waited = time.monotonic() - started
+        if silent or not last:
+            raise SourceError(
+                f"{shown}: no answer within {self.timeout_s:g} s "
+                f"(total {waited:.1f} s over {made} attempt{'s' if made != 1 else ''})",
+                url=shown,
+            )
+        raise SourceError(
+            f"{shown}: {last} after {made} attempt{'s' if made != 1 else ''} "
+            f"(stopped at the {self.total_timeout_s:g} s total deadline)",
+            url=shown,
+            status=status,
+        )
+
+    def _read_body(self, resp: requests.Response, shown: str, deadline: float) -> None:
+        """Read the body of a streamed ``resp`` into it (``resp.content`` / ``.text`` then work),
+        at most ``max_answer_bytes`` and no later than ``deadline``; SourceError past the size."""
+        cap = self.max_answer_bytes
+        too_big = f"{shown}: HTTP {resp.status_code}: answer larger than the {size_text(cap)} limit"
+        if not isinstance(resp, requests.Response):  # a stand-in holding its text already
+            return
+        if resp._content is not False:  # already read (a prepared response)
+            if len(resp._content or b"") > cap:
+                raise SourceError(too_big, url=shown, status=resp.status_code)
+            return
+        length = resp.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > cap:
+            _close(resp)
+            raise SourceError(too_big, url=shown, status=resp.status_code)
+        raw = resp.raw
+        pieces: list[bytes] = []
+        total = 0
+        try:
+            while True:
+                if time.monotonic() > deadline:
+                    raise _Deadline
+                # read1: return what has arrived (one read of the socket), so a server that
+                # trickles its answer byte by byte meets the deadline, not one read per 64 KiB
+                piece = raw.read1(_PIECE, decode_content=True) if hasattr(raw, "read1") else raw.read(_PIECE)
+                if not piece:
+                    break
+                total += len(piece)
+                if total > cap:
+                    raise SourceError(too_big, url=shown, status=resp.status_code)
+                pieces.append(piece)
+        except BaseException:
+            _close(resp)
+            raise
+        resp._content = b"".join(pieces)
+        resp._content_consumed = True
+
+    def read_json(self, shown: str, resp: Any) -> Any:
+        """The JSON of an answer :meth:`fetch` returned, refusing one nested deeper than
+        :data:`MAX_JSON_DEPTH` (SourceError); ValueError when it is not JSON."""
+        body = getattr(resp, "content", None)
+        if not isinstance(body, bytes | str):
+            body = resp.text
+        return parse_json(body, url=shown, status=getattr(resp, "status_code", None))
+
+
+def _close(resp: Any) -> None:
+    """Give back the connection of an answer whose body will not be read."""
+    if getattr(resp, "raw", None) is not None:  # a prepared response (tests) has no connection
+        resp.close()

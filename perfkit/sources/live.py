@@ -11,16 +11,22 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
-from perfkit.errors import ConfigError, PerfkitError
+from perfkit.errors import ConfigError, PerfkitError, SecretLeak
 from perfkit.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, Window
 from perfkit.incident import Hardware, Incident, default_baseline, make_window
 
 
 @dataclass
 class LiveConfig:
+    """Where the live evidence is and how to reach it. Credentials are references only: the name of
+    an env var or a file holding the token, a basic-auth user and the env var holding its password.
+    A URL may not carry ``user:password@`` (:class:`~perfkit.errors.SecretLeak` from :func:`open_live`).
+    The same credentials, TLS settings and timeout go to the metrics server and Alertmanager."""
+
     prometheus_url: str
     token_env: str = ""
     token_file: str = ""
@@ -31,6 +37,41 @@ class LiveConfig:
     deploys: str = ""
     git_repo: str = ""  # a repository whose tags in the window are releases
     release_metric: str = ""  # "metric:label", e.g. "build_info:version": label changes are releases
+    basic_auth_user: str = ""  # HTTP basic auth: the user (not a secret) ...
+    password_env: str = ""  # ... and the env var holding the password
+    timeout_s: float = 30.0  # per HTTP request
+
+    def as_parameters(self) -> dict[str, Any]:
+        """The runbook parameters this configuration stands for (those that are set), to pass to
+        :func:`~perfkit.secrets.check_parameters` and :func:`~perfkit.secrets.parameter_warnings`."""
+        params = {
+            "prometheus_url": self.prometheus_url,
+            "prometheus_token_env": self.token_env,
+            "prometheus_token_file": self.token_file,
+            "prometheus_basic_auth_user": self.basic_auth_user,
+            "prometheus_password_env": self.password_env,
+            "tls_ca_file": self.ca_file,
+            "alertmanager_url": self.alertmanager_url,
+            "deploys": self.deploys,
+            "git_repo": self.git_repo,
+            "release_metric": self.release_metric,
+        }
+        return {k: v for k, v in params.items() if v}
+
+    def check(self) -> None:
+        """Raise :class:`~perfkit.errors.SecretLeak` for a URL with credentials or an env var
+        reference that is not a name, :class:`~perfkit.errors.ConfigError` for a token given twice."""
+        from perfkit.secrets import check_url, env_reference_error
+
+        check_url("prometheus_url", self.prometheus_url)
+        if self.alertmanager_url:
+            check_url("alertmanager_url", self.alertmanager_url)
+        for name, value in (("token_env", self.token_env), ("password_env", self.password_env)):
+            message = env_reference_error(name, value)
+            if message:
+                raise SecretLeak(message)
+        if self.token_env and self.token_file:
+            raise ConfigError("give the token as an env var reference or a file, not both")
 
 
 @dataclass
@@ -90,17 +131,27 @@ def live_incident(
 
 
 def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
-    """Connect the sources; the metrics server must answer (SourceError otherwise)."""
+    """Connect the sources; the metrics server must answer (SourceError otherwise).
+
+    Refuses, before any request, a URL with ``user:password@`` and an env var reference that is not
+    a variable name (:class:`~perfkit.errors.SecretLeak`, see :meth:`LiveConfig.check`).
+    """
     from perfkit.sources.http import Auth
     from perfkit.sources.prometheus import PrometheusClient, PrometheusEngine
 
-    if cfg.token_env and cfg.token_file:
-        raise ConfigError("give the token as an env var reference or a file, not both")
+    cfg.check()
+    auth = Auth(
+        token_env=cfg.token_env or None,
+        token_file=cfg.token_file or None,
+        username=cfg.basic_auth_user or None,
+        password_env=cfg.password_env or None,
+    )
     client = PrometheusClient(
         cfg.prometheus_url,
-        auth=Auth(token_env=cfg.token_env or None, token_file=cfg.token_file or None),
+        auth=auth,
         verify=not cfg.insecure,
         ca_file=cfg.ca_file or None,
+        timeout_s=cfg.timeout_s,
     )
     span_start = incident.baseline.start if incident.baseline else incident.window.start
     engine = PrometheusEngine(client, start=span_start - timedelta(minutes=5), end=incident.window.end)
@@ -113,7 +164,11 @@ def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
             from perfkit.sources.alertmanager import AlertmanagerClient
 
             am = AlertmanagerClient(
-                cfg.alertmanager_url, verify=not cfg.insecure, ca_file=cfg.ca_file or None
+                cfg.alertmanager_url,
+                auth=auth,
+                verify=not cfg.insecure,
+                ca_file=cfg.ca_file or None,
+                timeout_s=cfg.timeout_s,
             )
             frames.append(am.timeline_events(Window(span_start, incident.window.end), incident.service))
         except PerfkitError as exc:

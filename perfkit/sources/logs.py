@@ -38,6 +38,13 @@ UTC. A line without a timestamp of its own (a traceback's ``torch.OutOfMemoryErr
 dmesg ``[12345.678901]`` line, whose clock is time since boot) gets the timestamp of the previous
 timestamped line of the same file, or null when there is none. Blank lines are skipped and not
 counted; records keep file order (``source``, ``line``).
+
+Log files are untrusted input, so reading is bounded: a line longer than :data:`MAX_LINE_BYTES`
+(64 KiB) is skipped without ever being held whole (it is read past in 64 KiB pieces) and
+reported in ``errors`` (``vllm.log:12: line longer than 65536 bytes, skipped``); a file stops
+being read after :data:`MAX_FILE_BYTES` (4 GiB, after decompression); a FIFO, a device or a
+socket is never opened for reading (``not a regular file (a FIFO), skipped``); and with ``root``
+given, a file that resolves (through a symlink) outside ``root`` is not read at all.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from typing import IO
 import polars as pl
 
 from perfkit.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, Window, to_ms
+from perfkit.safeio import RefusedFile, open_regular, outside, size_text
 
 PathLike = str | Path
 
@@ -65,7 +73,13 @@ JSON_TS_KEYS = ("ts", "timestamp", "time", "@timestamp")
 JSON_MESSAGE_KEYS = ("message", "msg", "log")
 JSON_LEVEL_KEYS = ("level", "severity", "levelname")
 
+MAX_LINE_BYTES = 64 * 2**10
+"""Longest line read: real vLLM, NCCL and PyTorch lines are under 8 KiB, tracebacks come line by line."""
+MAX_FILE_BYTES = 4 * 2**30
+"""Most bytes read from one file (after decompression): days of a busy vLLM server's log."""
+
 _SNIFF_BYTES = 8192
+_SKIP_BYTES = 64 * 2**10  # piece size when reading past a line that is too long
 _MAX_BAD_FRAC = 0.05
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
@@ -90,15 +104,20 @@ _PREFIX_HIT = re.compile(rf"Prefix cache hit rate: (?:GPU: )?({_NUM})%")
 
 # -- signals --------------------------------------------------------------------------------------
 _OOM = re.compile(r"\b(?:CUDA|HIP) out of memory|CUDA error: out of memory")
+# Log lines are hostile input: no pattern here may rescan a line from every position (a 64 KiB
+# "NCCL aaaa..." line took 40 s). The host starts only where a host cannot continue (so a run of
+# host characters is tried once, as the leftmost match would start there anyway), a bracketed
+# time holds no bracket, and the other open-ended parts are bounded.
 _NCCL = re.compile(  # training-metrics.md §5.1, unanchored so "[rank0]:" style prefixes pass
-    r"(?:\[(?P<ts>[^\]]+)\] )?(?P<host>[^:\s\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-    r"(?:(?P<file>\S+):(?P<line>\d+) (?:\((?P<func>[^)]*)\) )?)?NCCL (?P<level>WARN|INFO|TRACE) (?P<msg>.*)$"
+    r"(?:\[(?P<ts>[^\[\]]{1,64})\] )?(?<![^:\s\[\]])(?P<host>[^:\s\[\]]+):(?P<pid>\d+):(?P<tid>\d+) "
+    r"\[(?P<dev>\d+)\] (?:(?P<file>\S+):(?P<line>\d+) (?:\((?P<func>[^()]{0,256})\) )?)?"
+    r"NCCL (?P<level>WARN|INFO|TRACE) (?P<msg>.*)$"
 )
 _DATALOADER = re.compile(
-    r"DataLoader worker \(pid.*?\) exited unexpectedly|DataLoader timed out after \d+ seconds"
+    r"DataLoader worker \(pid.{0,256}?\) exited unexpectedly|DataLoader timed out after \d+ seconds"
     r"|is killed by signal|Unexpected bus error encountered in worker"
 )
-_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)")
+_XID = re.compile(r"NVRM: Xid \((?P<pci>[^()]{0,64})\): (?P<xid>\d+)")
 
 # -- timestamps of lines that are not vLLM / JSON -----------------------------------------------
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)\d+\]:\s?")
@@ -167,8 +186,9 @@ def expand(paths: PathLike | Iterable[PathLike]) -> list[Path]:
     """Expand ``paths`` (files, folders, glob patterns with ``*``, ``?``, ``[`` or ``**``) to files.
 
     A folder gives its visible files; a pattern gives its matching files, sorted; a plain path
-    is kept even when it does not exist (the reader reports it). Duplicates are dropped, first
-    occurrence kept.
+    is kept even when it does not exist (the reader reports it). "Files" are all entries but
+    folders: a FIFO, a device or a broken link is kept too, for :func:`read_logs` to report
+    (it never opens one for reading). Duplicates are dropped, first occurrence kept.
     """
     items = [paths] if isinstance(paths, str | Path) else list(paths)
     out: list[Path] = []
@@ -183,19 +203,31 @@ def expand(paths: PathLike | Iterable[PathLike]) -> list[Path]:
 
 
 def _expand_one(text: str) -> list[str]:
+    # Anything that is not a folder is kept (a FIFO, a device, a broken link): the reader then
+    # says why it was not read, instead of the file silently missing.
     if any(ch in text for ch in "*?["):
-        return [m for m in sorted(glob(text, recursive=True)) if os.path.isfile(m)]
+        return [m for m in sorted(glob(text, recursive=True)) if _listable(m)]
     if os.path.isdir(text):
         names = sorted(n for n in os.listdir(text) if not n.startswith("."))
-        return [p for p in (os.path.join(text, n) for n in names) if os.path.isfile(p)]
+        return [p for p in (os.path.join(text, n) for n in names) if _listable(p)]
     return [text]
 
 
-def read_logs(paths: PathLike | Iterable[PathLike], *, window: Window) -> LogResult:
+def _listable(path: str) -> bool:
+    """A folder's entry worth reading or reporting: not a folder, and there (or a link)."""
+    return os.path.lexists(path) and not os.path.isdir(path)
+
+
+def read_logs(
+    paths: PathLike | Iterable[PathLike], *, window: Window, root: PathLike | None = None
+) -> LogResult:
     """Parse every file of ``expand(paths)``; ``window`` supplies the year for year-less stamps.
 
     Records are not filtered to ``window`` (use :meth:`LogResult.within`). Never raises for file
-    content: unreadable, binary or non-UTF-8 files are listed in ``errors``.
+    content: unreadable, binary or non-UTF-8 files, files that are not regular (FIFO, device),
+    lines over :data:`MAX_LINE_BYTES` and files over :data:`MAX_FILE_BYTES` are listed in
+    ``errors``. With ``root`` (a bundle folder), a file that resolves outside ``root`` through
+    a symlink (its own, or a folder's) is not opened and is listed in ``errors``.
     """
     files = expand(paths)
     names = source_names(files)
@@ -203,9 +235,13 @@ def read_logs(paths: PathLike | Iterable[PathLike], *, window: Window) -> LogRes
     years = _Years(window)
     result = LogResult(_empty(LOG_SCHEMA), _empty(STATS_SCHEMA))
     for path, name in zip(files, names, strict=True):
+        where = outside(path, root) if root is not None else None
+        if where is not None:
+            result.errors.append(f"{name}: resolves outside {root} (to {where}), not read")
+            continue
         parser = _Parser(out, years, name)
-        read, problems = _read_file(path, parser)
-        result.errors.extend(f"{name}: {problem}" for problem in problems)
+        read, problems = _read_file(path, parser, name)
+        result.errors.extend(problems)
         if read:
             result.files.append(name)
             result.unknown_by_file[name] = parser.unknown
@@ -239,45 +275,68 @@ def source_names(files: list[Path]) -> list[str]:
 # -- reading files ---------------------------------------------------------------------------------
 
 
-def _open(path: Path) -> IO[bytes]:
-    """Open ``path`` for reading bytes, decompressing gzip (by magic number, not by name)."""
-    with path.open("rb") as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")
-    return path.open("rb")
+class _TooLarge(OSError):
+    """A log file went past :data:`MAX_FILE_BYTES`."""
 
 
-def _read_file(path: Path, parser: _Parser) -> tuple[bool, list[str]]:
-    """Feed the lines of ``path`` to ``parser``; return (whether it was read, problems found)."""
+def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
+    """(reader, the file under it): ``path`` opened for reading bytes, gzip decompressed (by magic
+    number, not by name). Only a regular file is opened (:class:`~perfkit.safeio.RefusedFile`)."""
+    fh = open_regular(path)
     try:
-        fh = _open(path)
+        magic = fh.read(2)
+        fh.seek(0)
+        if magic == b"\x1f\x8b":
+            return gzip.GzipFile(fileobj=fh, mode="rb"), fh
+    except BaseException:
+        fh.close()
+        raise
+    return fh, fh
+
+
+def _read_file(path: Path, parser: _Parser, name: str) -> tuple[bool, list[str]]:
+    """Feed the lines of ``path`` to ``parser``; return (whether it was read, problems found),
+    each problem a line starting with ``name``."""
+    try:
+        fh, under = _open(path)
+    except RefusedFile as err:
+        return False, [f"{name}: {err.reason}, skipped"]
     except OSError as err:
-        return False, [f"cannot read ({err.strerror or type(err).__name__})"]
+        return False, [f"{name}: cannot read ({err.strerror or type(err).__name__})"]
     problems: list[str] = []
     lineno = 0
     replaced = 0
-    with fh:
-        try:
-            head = fh.read(_SNIFF_BYTES)
-            reason = _not_text(head)
-            if reason:
-                return False, [f"{reason}, skipped"]
-            for lineno, raw in enumerate(_lines(fh, head), 1):
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    text = raw.decode("utf-8", "replace")
-                    replaced += 1
-                if "\x00" in text:  # a log cut by a crash is often padded with NULs
-                    text = text.replace("\x00", "")
-                parser.feed(lineno, text)
-        except (OSError, EOFError, zlib.error) as err:
-            if lineno == 0:
-                return False, [f"cannot read ({err})"]
-            problems.append(f"read stopped after line {lineno} ({err})")
+    too_long, first_too_long = 0, 0
+    try:
+        head = fh.read(_SNIFF_BYTES)
+        reason = _not_text(head)
+        if reason:
+            return False, [f"{name}: {reason}, skipped"]
+        for lineno, raw in enumerate(_lines(fh, head), 1):
+            if raw is None:
+                too_long += 1
+                first_too_long = first_too_long or lineno
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = raw.decode("utf-8", "replace")
+                replaced += 1
+            if "\x00" in text:  # a log cut by a crash is often padded with NULs
+                text = text.replace("\x00", "")
+            parser.feed(lineno, text)
+    except (OSError, EOFError, zlib.error) as err:
+        if lineno == 0:
+            return False, [f"{name}: cannot read ({err})"]
+        problems.append(f"{name}: read stopped after line {lineno} ({err})")
+    finally:
+        fh.close()
+        under.close()
+    if too_long:
+        more = f" (and {too_long - 1} more such line(s))" if too_long > 1 else ""
+        problems.insert(0, f"{name}:{first_too_long}: line longer than {MAX_LINE_BYTES} bytes, skipped{more}")
     if replaced:
-        problems.append(f"{replaced} line(s) with bytes that are not UTF-8 (replaced)")
+        problems.append(f"{name}: {replaced} line(s) with bytes that are not UTF-8 (replaced)")
     return True, problems
 
 
@@ -298,16 +357,43 @@ def _not_text(head: bytes) -> str | None:
     return None
 
 
-def _lines(fh: IO[bytes], head: bytes) -> Iterator[bytes]:
-    """Lines of ``fh`` (without newlines), given the bytes already read from it."""
-    head += fh.readline()  # finish the line the sniff window cut
+def _lines(
+    fh: IO[bytes], head: bytes, *, limit: int = MAX_LINE_BYTES, max_bytes: int = MAX_FILE_BYTES
+) -> Iterator[bytes | None]:
+    """Lines of ``fh`` (without newlines), given the bytes already read from it.
+
+    A line longer than ``limit`` bytes gives ``None`` instead: it is read past in
+    :data:`_SKIP_BYTES` pieces, never held whole. Past ``max_bytes`` in all, raises
+    :class:`_TooLarge` (an OSError: the caller keeps what was read).
+    """
     parts = head.split(b"\n")
-    last = parts.pop()
-    yield from parts
-    if last:
-        yield last
-    for raw in fh:
-        yield raw.rstrip(b"\n")
+    pending = parts.pop()  # the line the sniff window cut
+    for part in parts:
+        yield part if len(part) <= limit else None
+    readline = fh.readline
+    total = len(head)
+    while True:
+        want = limit + 1 - len(pending)
+        line = pending + readline(want) if want > 0 else pending
+        pending = b""
+        if not line:
+            return
+        total += len(line)
+        if total > max_bytes:
+            raise _TooLarge(f"over the {size_text(max_bytes)} limit for one log file")
+        if line[-1:] == b"\n":
+            yield line[:-1]
+        elif len(line) <= limit:
+            yield line  # the last line, without a newline
+        else:
+            while True:  # the rest of a line that is too long: read past it
+                piece = readline(_SKIP_BYTES)
+                total += len(piece)
+                if not piece or piece[-1:] == b"\n":
+                    break
+                if total > max_bytes:
+                    raise _TooLarge(f"over the {size_text(max_bytes)} limit for one log file")
+            yield None
 
 
 # -- parsing ---------------------------------------------------------------------------------------

@@ -83,6 +83,7 @@ class LokiClient(HttpSource):
         verify: bool = True,
         ca_file: str | None = None,
         timeout_s: float = 30.0,
+        total_timeout_s: float | None = None,
         retries: int = 3,
         backoff_s: float = 0.5,
         limit: int = 5000,
@@ -98,6 +99,7 @@ class LokiClient(HttpSource):
             verify=verify,
             ca_file=ca_file,
             timeout_s=timeout_s,
+            total_timeout_s=total_timeout_s,
             retries=retries,
             backoff_s=backoff_s,
             sleep=sleep,
@@ -122,7 +124,7 @@ class LokiClient(HttpSource):
     def _data(self, shown: str, resp: requests.Response) -> Any:
         status = resp.status_code
         try:
-            body = resp.json()
+            body = self.read_json(shown, resp)
         except ValueError:
             # Loki answers a bad query with HTTP 400 and the error as plain text
             what = "error" if status >= 400 else "answer is not JSON"

@@ -12,6 +12,14 @@ Strict where it matters:
 * ``NaN`` and ``±Inf`` values are kept; unsorted samples are sorted; a duplicated timestamp in
   one series keeps the last value (as a scrape would overwrite it);
 * ``*_created`` series of counters and histograms are dropped: they are start times, not samples.
+
+Bounded, because a bundle is untrusted input:
+
+* a file over :data:`MAX_FILE_BYTES` (2 GiB) is refused, and so is anything that is not a regular
+  file (a FIFO, ``/dev/zero`` behind a symlink): it is never read;
+* a line over :data:`MAX_LINE_BYTES` (64 KiB) is an error naming file and line, found by a
+  vectorised scan before any line is split or matched (a 50 MB label value costs 50 MB, not 9 GB);
+* a label value over :data:`MAX_LABEL_VALUE_BYTES` (16 KiB) is an error naming file and line.
 """
 
 from __future__ import annotations
@@ -23,10 +31,20 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from perfkit.errors import BundleError
 from perfkit.frames import TS_DTYPE, MetricStore, sort_series, to_ms
+from perfkit.safeio import RefusedFile, open_regular, size_text
+
+MAX_FILE_BYTES = 2 * 2**30
+"""Largest exposition file read: hours of every exporter of a node at 15 s scrapes is ~100s of MiB."""
+MAX_LINE_BYTES = 64 * 2**10
+"""Longest line: a real sample line (name, a dozen labels, value, timestamp) is well under 1 KiB."""
+MAX_LABEL_VALUE_BYTES = 16 * 2**10
+"""Longest label value: real ones (a path, a model name, a pod) are tens to hundreds of bytes."""
+_SCAN_CHUNK = 16 * 2**20
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABELS = r"\{(?:[^\"}]|\"(?:[^\"\\]|\\.)*\")*\}"
@@ -56,6 +74,43 @@ def _lines(text: str) -> pl.DataFrame:
             return frame.with_row_index("lineno", offset=1)
     lines = pl.Series("line", [text]).str.split("\n").explode()
     return pl.DataFrame({"line": lines}).with_row_index("lineno", offset=1)
+
+
+def long_line(data: bytes | str, limit: int = MAX_LINE_BYTES) -> tuple[int, int] | None:
+    """(1-based line number, length in bytes) of the first line of ``data`` longer than ``limit``
+    bytes (newline excluded), or None. Vectorised (numpy) and chunked: memory stays at ~16 MiB
+    beyond ``data`` itself, whatever the line lengths."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if len(raw) <= limit:
+        return None
+    arr = np.frombuffer(raw, dtype=np.uint8)
+    prev = -1  # offset of the last newline seen
+    lines = 0  # newlines seen
+    for off in range(0, arr.size, _SCAN_CHUNK):
+        newlines = np.flatnonzero(arr[off : off + _SCAN_CHUNK] == 10) + off
+        if not newlines.size:
+            continue
+        lengths = np.diff(newlines, prepend=prev) - 1
+        over = np.flatnonzero(lengths > limit)
+        if over.size:
+            i = int(over[0])
+            return lines + i + 1, int(lengths[i])
+        lines += newlines.size
+        prev = int(newlines[-1])
+    tail = arr.size - prev - 1
+    return (lines + 1, tail) if tail > limit else None
+
+
+def _check_lines(data: bytes | str, path: str) -> None:
+    found = long_line(data)
+    if found is not None:
+        lineno, length = found
+        raise BundleError(
+            f"line of {size_text(length)}, longer than the {size_text(MAX_LINE_BYTES)} limit "
+            "(a corrupt or hostile file?)",
+            path=path,
+            line=lineno,
+        )
 
 
 def parse_labels(block: str) -> dict[str, str]:
@@ -93,7 +148,17 @@ def parse_text(
     default_ts: datetime | None = None,
     require_eof: bool = False,
 ) -> MetricStore:
-    """Parse exposition ``text``; ``path`` is only used in error messages."""
+    """Parse exposition ``text``; ``path`` is only used in error messages.
+
+    Raises :class:`~perfkit.errors.BundleError` (path and line) for a malformed line, a line over
+    :data:`MAX_LINE_BYTES` or a label value over :data:`MAX_LABEL_VALUE_BYTES`.
+    """
+    _check_lines(text, path)
+    return _parse_text(text, path=path, default_ts=default_ts, require_eof=require_eof)
+
+
+def _parse_text(text: str, *, path: str, default_ts: datetime | None, require_eof: bool) -> MetricStore:
+    """:func:`parse_text` after the line-length check."""
     frame = _lines(text)
     frame = frame.with_columns(pl.col("line").str.strip_chars_end("\r"))
     if require_eof:
@@ -171,9 +236,17 @@ def parse_text(
     for block in label_blocks:
         try:
             decoded[block] = parse_labels(block)
+            longest = max(decoded[block].items(), key=lambda kv: len(kv[1]), default=("", ""))
+            if len(longest[1]) > MAX_LABEL_VALUE_BYTES:  # characters <= bytes: a cheap pre-check
+                size = len(longest[1].encode("utf-8"))
+                if size > MAX_LABEL_VALUE_BYTES:
+                    raise ValueError(
+                        f"label {longest[0]} has a value of {size_text(size)}, longer than the "
+                        f"{size_text(MAX_LABEL_VALUE_BYTES)} limit"
+                    )
         except ValueError as exc:
             lineno = int(parts.filter(pl.col("labels") == block)["lineno"][0])
-            raise BundleError(str(exc), path=path, line=lineno) from None
+            raise BundleError(str(exc)[:300], path=path, line=lineno) from None
 
     store = MetricStore()
     for (name,), group in (
@@ -205,19 +278,43 @@ def _series_frame(group: pl.DataFrame, decoded: dict[str, dict[str, str]]) -> pl
     return out.unique(subset=[*keys, "ts"], keep="last", maintain_order=True)
 
 
-def read_file(path: str | Path, *, default_ts: datetime | None = None) -> MetricStore:
-    """Read one exposition file (``.om`` needs ``# EOF``; ``.prom``/``.txt`` do not)."""
+def read_file(
+    path: str | Path, *, default_ts: datetime | None = None, max_bytes: int = MAX_FILE_BYTES
+) -> MetricStore:
+    """Read one exposition file (``.om`` needs ``# EOF``; ``.prom``/``.txt`` do not).
+
+    Raises :class:`~perfkit.errors.BundleError` naming the file for a missing file, one that is
+    not a regular file (FIFO, device: never read), one over ``max_bytes`` (read no further than
+    ``max_bytes + 1``), text that is not UTF-8, and (with the line) any line :func:`parse_text`
+    refuses. A line over :data:`MAX_LINE_BYTES` is found before the text is decoded or split.
+    """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open_regular(p, max_bytes=max_bytes) as fh:
+            data = fh.read(max_bytes + 1)
     except FileNotFoundError:
         raise BundleError("file not found", path=str(p)) from None
+    except RefusedFile as exc:
+        raise BundleError(f"refused: {exc.reason}", path=str(p)) from None
+    except OSError as exc:
+        raise BundleError(f"cannot read ({exc.strerror or type(exc).__name__})", path=str(p)) from None
+    if len(data) > max_bytes:  # grew while being read
+        raise BundleError(f"refused: file is over the {size_text(max_bytes)} limit", path=str(p))
+    _check_lines(data, str(p))
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BundleError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=str(p)) from None
-    return parse_text(text, path=str(p), default_ts=default_ts, require_eof=p.suffix == ".om")
+        raise BundleError(
+            f"not UTF-8 text ({exc.reason} at byte {exc.start})",
+            path=str(p),
+            line=data.count(b"\n", 0, exc.start) + 1,
+        ) from None
+    del data
+    return _parse_text(text, path=str(p), default_ts=default_ts, require_eof=p.suffix == ".om")
 
 
 def read_files(paths: Iterable[str | Path]) -> MetricStore:
+    """Read and merge exposition files (each as :func:`read_file`, bounded the same way)."""
     store = MetricStore()
     for path in sorted(Path(p) for p in paths):
         store = store.merge(read_file(path))

@@ -9,7 +9,9 @@ compute what the server can compute); :class:`PrometheusClient` is the HTTP laye
   server refuses more than 11,000), and the pieces are fetched in parallel with a bound;
 * 429/5xx answers, timeouts and refused connections are retried with exponential backoff, then
   raise :class:`~perfkit.errors.SourceError` naming the URL (never a token) and the status
-  (:mod:`perfkit.sources.http`, shared by every live source);
+  (:mod:`perfkit.sources.http`, shared by every live source); ``timeout_s`` bounds each request
+  and ``total_timeout_s`` (default 4 × ``timeout_s``) all attempts of one call, backoff included;
+* answers are bounded (256 MiB, 64 levels of JSON nesting: a SourceError beyond);
 * auth comes from references: a bearer token in an env var or file, or basic auth with the
   password in an env var; TLS verification is on unless turned off, with an optional CA file.
 
@@ -49,6 +51,7 @@ class PrometheusClient(HttpSource):
         verify: bool = True,
         ca_file: str | None = None,
         timeout_s: float = 30.0,
+        total_timeout_s: float | None = None,
         retries: int = 3,
         backoff_s: float = 0.5,
         max_workers: int = 4,
@@ -62,6 +65,7 @@ class PrometheusClient(HttpSource):
             verify=verify,
             ca_file=ca_file,
             timeout_s=timeout_s,
+            total_timeout_s=total_timeout_s,
             retries=retries,
             backoff_s=backoff_s,
             sleep=sleep,
@@ -78,7 +82,7 @@ class PrometheusClient(HttpSource):
 
     def _data(self, url: str, resp: requests.Response) -> Any:
         try:
-            body = resp.json()
+            body = self.read_json(url, resp)
         except ValueError:
             snippet = self.clean(resp.text[:80])
             raise SourceError(

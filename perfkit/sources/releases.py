@@ -33,9 +33,12 @@ import yaml
 from perfkit.errors import BundleError, SourceError
 from perfkit.frames import EVENTS_SCHEMA, Window, utc
 from perfkit.query import ops
+from perfkit.safeio import RefusedFile, open_regular, read_capped
+from perfkit.safeyaml import MAX_YAML_BYTES, YamlError, loads_yaml
 from perfkit.sources.events import KINDS, empty_events, parse_ts, read_events
 
 FIELDS = ("ts", "kind", "service", "version", "detail")
+MAX_RELEASE_BYTES = MAX_YAML_BYTES  # a deploy history of ~50,000 entries; larger is not a release file
 _SEP = "\x1f"  # unit separator between git's output fields: never in a ref name or a subject line
 
 
@@ -74,13 +77,20 @@ def read_release_file(path: str | Path) -> pl.DataFrame:
         raise BundleError(
             f"unknown release file type {suffix or '(none)'!r} (want .csv, .json, .yaml)", path=name
         )
-    if not path.is_file():
+    if not path.exists():
         raise BundleError("no such release file", path=name)
-    if suffix == ".csv":
-        return read_events(path)
+    try:  # regular files only (not a FIFO, not /dev/zero), and at most MAX_RELEASE_BYTES
+        if suffix == ".csv":
+            open_regular(path, max_bytes=MAX_RELEASE_BYTES).close()
+            return read_events(path)
+        data = read_capped(path, MAX_RELEASE_BYTES)
+    except RefusedFile as err:
+        raise BundleError(f"release file refused: {err.reason}", path=name) from None
+    except OSError as err:
+        raise BundleError(f"cannot read release file ({err.strerror or err})", path=name) from None
     try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as err:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
         raise BundleError(f"cannot read release file ({err})", path=name) from None
     items = _load_json(text, name) if suffix == ".json" else _load_yaml(text, name)
     rows = [_release_row(item, i, name) for i, item in enumerate(items, 1)]
@@ -93,18 +103,17 @@ def _load_json(text: str, name: str) -> list[Any]:
         data = json.loads(text, parse_float=str, parse_int=str)
     except json.JSONDecodeError as err:
         raise BundleError(f"invalid JSON: {err.msg}", path=name, line=err.lineno) from None
+    except RecursionError:
+        raise BundleError("invalid JSON: nested too deeply", path=name) from None
     return _items(data, name)
 
 
 def _load_yaml(text: str, name: str) -> list[Any]:
     try:
-        data = yaml.load(text, Loader=_PlainLoader)  # a SafeLoader subclass: no arbitrary objects
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        problem = getattr(err, "problem", None) or "syntax error"
-        raise BundleError(
-            f"invalid YAML: {problem}", path=name, line=mark.line + 1 if mark is not None else None
-        ) from None
+        # safe (no objects), capped (no alias bombs), every plain scalar kept as text
+        data = loads_yaml(text, source=name, loader=_PlainLoader)
+    except YamlError as err:
+        raise BundleError(err.problem, path=name, line=err.line) from None
     if data is None:
         return []
     return _items(data, name)

@@ -38,7 +38,8 @@ def test_malformed_bundle_still_completes_and_says_why(scenario_copy, tmp_path):
         'vllm:num_requests_running 1 100\nvllm:x{engine="0" 1 100\n# EOF\n'
     )
     result = execute("inference_latency", tmp_path / "out", {"bundle": str(bundle)})
-    assert result.error is None
+    # the evidence could not be loaded: the run failed (exit 1), and its record says why
+    assert result.error is not None and "vllm.om:2: malformed sample line" in result.error
     f = findings_from_notebook(json.loads(result.notebook.read_text()))
     assert f["triage"].status == "missing"
     assert "vllm.om:2: malformed sample line" in f["triage"].summary

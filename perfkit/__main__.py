@@ -1,0 +1,6 @@
+"""``python -m perfkit``: the same command line as ``perfkit``."""
+
+from perfkit.cli import main
+
+if __name__ == "__main__":
+    main()
