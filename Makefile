@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.perfkit-installed
 DEVSTAMP := $(VENV)/.perfkit-dev-installed
 
-.PHONY: demo test lint scenarios bench clean
+.PHONY: demo test lint servers scenarios bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -25,14 +25,29 @@ $(DEVSTAMP): pyproject.toml $(STAMP)
 	touch $@
 
 demo: $(STAMP)
-	$(BIN)/perfkit run inference_latency --bundle data/scenarios/p95-prefill-interference -o out/demo
+	$(BIN)/perfkit run inference_latency --bundle data/scenarios/p95-prefill-interference -o out/demo --force
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check perfkit tests benchmarks
 	$(BIN)/ruff format --check perfkit tests benchmarks
 	$(PY) -m perfkit.tools.check_notebooks runbooks
 
-test: lint
+# The real servers the integration tests start (Debian packages). Installed when missing and we
+# can (root with apt-get); otherwise stop at once with the one command to run.
+SERVERS := prometheus:prometheus promtool:prometheus victoria-metrics:victoria-metrics prometheus-alertmanager:prometheus-alertmanager
+servers:
+	@need=$$(for s in $(SERVERS); do command -v $${s%%:*} >/dev/null || echo $${s##*:}; done | sort -u | tr '\n' ' '); \
+	if [ -n "$$need" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $$need(Debian packages)"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$need; \
+	  else \
+	    echo "the integration tests need: $$need"; \
+	    echo "run: sudo apt-get install -y --no-install-recommends $$need"; exit 1; \
+	  fi; \
+	fi
+
+test: lint servers
 	PATH=$(BIN):$$PATH $(PY) -m pytest -q -p no:cacheprovider tests
 
 scenarios: $(STAMP)

@@ -22,6 +22,9 @@ class Cli(click.Group):
         except PerfkitError as exc:
             click.echo(f"perfkit: {exc}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:  # Ctrl-C before or after a run: the conventional status
+            click.echo("perfkit: interrupted", err=True)
+            sys.exit(130)
 
 
 @click.group(cls=Cli)

@@ -54,10 +54,32 @@ class QueryError(PerfkitError):
 
 
 class RunbookError(PerfkitError):
-    """A runbook failed to execute; ``cell`` and ``ename``/``evalue`` say where and why."""
+    """A runbook failed to execute; ``cell`` (its index in the executed notebook), ``source`` (the
+    cell's first line) and ``ename``/``evalue`` (the exception's name and value) say where and why."""
 
-    def __init__(self, message: str, *, cell: int | None = None, ename: str = "", evalue: str = "") -> None:
+    def __init__(
+        self, message: str, *, cell: int | None = None, source: str = "", ename: str = "", evalue: str = ""
+    ) -> None:
         self.cell = cell
+        self.source = source
         self.ename = ename
         self.evalue = evalue
         super().__init__(message)
+
+    @classmethod
+    def from_cell(cls, cell: int | None, source: str, ename: str, evalue: str) -> RunbookError:
+        """``cell 7 (rb.triage(ctx)): ZeroDivisionError: division by zero``: the line `perfkit run` prints."""
+        lines = [
+            ln.strip()
+            for ln in str(source or "").splitlines()
+            if ln.strip() and not ln.lstrip().startswith("#")
+        ]
+        excerpt = lines[0] if lines else ""
+        if len(excerpt) > 60:
+            excerpt = excerpt[:57] + "..."
+        value = " ".join(str(evalue or "").split())
+        if len(value) > 300:
+            value = value[:297] + "..."
+        where = f"cell {cell}" if cell is not None else "a cell"
+        message = f"{where}{f' ({excerpt})' if excerpt else ''}: {ename}{f': {value}' if value else ''}"
+        return cls(message, cell=cell, source=excerpt, ename=str(ename), evalue=value)

@@ -23,6 +23,7 @@ from perfkit.errors import ConfigError
 MAX_DEPTH = 8
 MAX_ITEMS = 10_000
 MAX_TEXT = 1 << 20  # 1 MiB in one string
+MAX_INT = 2**63 - 1
 
 
 def parse_parameter(text: str) -> tuple[str, Any]:
@@ -73,6 +74,8 @@ def plain_parameters(
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, int):
+            if abs(value) > MAX_INT:
+                raise fail(path, "integer out of range (beyond 64 bits)")
             return value
         if isinstance(value, float):
             if not math.isfinite(value):

@@ -32,7 +32,7 @@ from perfkit.errors import ConfigError
 MARKER = ".perfkit-run.json"
 #: Entries perfkit writes into an output folder (what ``force`` may replace).
 OWN_FILES = ("postmortem.md", "postmortem.html", "findings.json", MARKER)
-OWN_SUFFIXES = (".ipynb",)
+OWN_SUFFIXES = (".ipynb",)  # only when the marker lists it, or an earlier version's executed record
 OWN_FOLDERS = {"figures": (".png", ".svg", ".json", ".html")}
 
 
@@ -81,13 +81,28 @@ def _changed_by_user(folder: Path, marker: dict) -> list[str]:
     return changed
 
 
-def _only_own_entries(folder: Path) -> list[str]:
-    """Entries of ``folder`` perfkit would never write (empty when ``force`` may replace it)."""
+def _only_own_entries(folder: Path, marker: dict | None) -> list[str]:
+    """Entries of ``folder`` perfkit did not write (empty when ``force`` may replace it).
+
+    perfkit's own: what its marker lists (also if edited since), the postmortem files, and
+    figures. A notebook counts only when the marker lists it or it is an earlier perfkit
+    version's record (executed by papermill, beside its postmortem): a notebook of
+    ``perfkit open``, with an engineer's notes, is never perfkit's to delete.
+    """
+    listed = set((marker or {}).get("files", {}))
+    legacy = marker is None and (folder / "postmortem.md").is_file()
     foreign = []
     for entry in sorted(folder.iterdir()):
         if entry.is_symlink():
             foreign.append(entry.name)
-        elif entry.is_file() and (entry.name in OWN_FILES or entry.suffix in OWN_SUFFIXES):
+        elif (
+            entry.is_file()
+            and (entry.name in OWN_FILES or entry.name in listed)
+            or entry.is_file()
+            and entry.suffix in OWN_SUFFIXES
+            and legacy
+            and _executed_by_papermill(entry)
+        ):
             continue
         elif entry.is_dir() and entry.name in OWN_FOLDERS:
             kinds = OWN_FOLDERS[entry.name]
@@ -99,6 +114,18 @@ def _only_own_entries(folder: Path) -> list[str]:
         else:
             foreign.append(entry.name)
     return foreign
+
+
+def _executed_by_papermill(path: Path) -> bool:
+    """True for a notebook papermill ran to the end (an executed record, not a working copy)."""
+    try:
+        if path.stat().st_size > 256 * 2**20:
+            return False
+        meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    papermill = meta.get("papermill") if isinstance(meta, dict) else None
+    return isinstance(papermill, dict) and bool(papermill.get("end_time"))
 
 
 def _protected(folder: Path, protected: Sequence[Path]) -> Path | None:
@@ -126,7 +153,7 @@ def check_target(folder: Path, *, force: bool = False, protected: Sequence[Path]
     changed = _changed_by_user(folder, marker) if marker else None
     if changed == []:
         return
-    foreign = _only_own_entries(folder)
+    foreign = _only_own_entries(folder, marker)
     if force and not foreign:
         return
     if force:
@@ -182,6 +209,12 @@ def publish(staging: Path, target: Path, *, ok: bool, force: bool = False) -> Pa
         if not ok and target.is_dir() and (read_marker(target) or {}).get("status") == "ok":
             return _beside(staging, target, "failed")
         old = None
+        if target.is_dir() and not any(target.iterdir()):
+            # an empty folder the user made (maybe their shell's current folder): fill it, keep it
+            for entry in staging.iterdir():
+                os.rename(entry, target / entry.name)
+            os.rmdir(staging)
+            return target
         if target.exists():
             try:
                 check_target(target, force=force)

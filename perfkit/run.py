@@ -75,6 +75,7 @@ class RunResult:
     error: str | None = None
     missing: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    failure: RunbookError | None = None  # the failing cell, when one raised
 
     @property
     def ok(self) -> bool:
@@ -104,6 +105,10 @@ def check_run_parameters(
 
     params = plain_parameters(parameters, source=source)
     check_parameters(params)
+    if params.get("prometheus_url") and params.get("bundle"):
+        raise ConfigError("give a bundle or prometheus_url (live sources), not both")
+    if params.get("prometheus_url"):
+        params["bundle"] = ""  # live: never fall back to the runbook's default bundle
     known = runbook_parameters(path)
     unknown = sorted(set(params) - set(known))
     if unknown:
@@ -159,8 +164,9 @@ def execute(
     t0 = time.perf_counter()
     path = find_runbook(runbook)
     params = check_run_parameters(path, parameters, source=source)
-    if out_dir.is_symlink():  # write where it points; moving a run into place must not replace the link
-        out_dir = out_dir.resolve()
+    # absolute, symlinks followed: `-o .` names a folder, and moving a run into place must not
+    # replace a link with a folder
+    out_dir = out_dir.resolve()
     records.check_target(out_dir, force=force, protected=[RUNBOOKS, path])
     staging = records.staging_folder(out_dir)
     output = staging / f"{path.stem}.ipynb"
@@ -180,6 +186,15 @@ def execute(
             output.write_text(json.dumps(clean, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         if result.error:
             result.error = scrub(result.error, secrets)[0]
+        if result.failure is not None:
+            f = result.failure
+            result.failure = RunbookError(
+                result.error or str(f),
+                cell=f.cell,
+                source=scrub(f.source, secrets)[0],
+                ename=f.ename,
+                evalue=scrub(f.evalue, secrets)[0],
+            )
         _read_verdicts(clean, result)
         if render:
             t2 = time.perf_counter()
@@ -257,7 +272,8 @@ def _run_papermill(path: Path, output: Path, params: dict[str, Any], result: Run
                 extra_arguments=["--HistoryManager.enabled=False"],
             )
     except papermill.PapermillExecutionError as exc:
-        result.error = f"cell {exc.cell_index}: {exc.ename}: {exc.evalue}"
+        result.failure = RunbookError.from_cell(exc.cell_index, exc.source, exc.ename, exc.evalue)
+        result.error = str(result.failure)
     except Exception as exc:  # kernel died, timeout: keep what was written
         result.error = f"{type(exc).__name__}: {exc}"
     finally:

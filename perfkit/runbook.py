@@ -26,6 +26,7 @@ from perfkit.errors import ConfigError, PerfkitError
 from perfkit.findings import Finding, record, table_from_frame
 from perfkit.frames import iso
 from perfkit.incident import Incident, default_baseline, with_overrides
+from perfkit.report.render import md_escape
 
 REPO = Path(__file__).resolve().parents[1]
 STATUS_LABEL = {"ok": "OK", "warn": "WARN", "critical": "CRITICAL", "missing": "MISSING", "error": "ERROR"}
@@ -72,22 +73,20 @@ class Section:
 
         f = self.finding
         label = STATUS_LABEL.get(f.status, f.status.upper())
-        display(Markdown(f"**[{label}] {f.title}** — {_md_escape(f.summary)}"))
+        # evidence text is inert here as in the postmortem: no links, images or HTML in the notebook
+        display(Markdown(f"**\\[{label}\\] {md_escape(f.title)}** — {md_escape(f.summary)}"))
         if f.missing:
-            display(Markdown("Missing evidence: " + "; ".join(_md_escape(m) for m in f.missing)))
+            display(Markdown("Missing evidence: " + "; ".join(md_escape(m) for m in f.missing)))
         if self.table is not None and self.table.height:
             frame = self.table.to_pandas()
-            display(self.style(frame) if self.style else frame.style.hide(axis="index").format(precision=4))
+            styler = self.style(frame) if self.style else frame.style.hide(axis="index")
+            display(styler.format(precision=4, escape="html"))
         for fig in [self.figure, *self.extra_figures]:
             if fig is not None:
                 fig.show()
         record(f)
         for extra in self.extra_findings:
             record(extra)
-
-
-def _md_escape(text: str) -> str:
-    return str(text).replace("<", "&lt;").replace(">", "&gt;")
 
 
 def resolve_bundle(path: str) -> Path:

@@ -84,12 +84,17 @@ class LiveEvidence:
     log_files: list[Path] = field(default_factory=list)
 
 
+MAX_SINCE_S = 10 * 365 * 86400  # further back than any metrics store keeps
+
+
 def parse_since(text: str, now: datetime | None = None) -> tuple[datetime, datetime]:
     """'2h', '90m', '1d' → (now - that, now)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text or "")
     if not m:
         raise ConfigError(f"since: expected a duration like 90m, 2h or 1d, got {text!r}")
     seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    if not 0 < seconds <= MAX_SINCE_S:
+        raise ConfigError(f"since: {text.strip()!r} is not between 1 s and 10 years")
     end = (now or datetime.now(UTC)).replace(microsecond=0)
     return end - timedelta(seconds=seconds), end
 

@@ -220,6 +220,8 @@ def test_a_failed_run_never_replaces_a_good_record(tmp_path, tiny):
     good = _digests(out)
     res = _run(["run", str(tiny), "-o", str(out), "-p", "fail=true"], tmp_path, env)
     assert res.returncode == 1
+    # the failing cell by index and first line, then the exception (issue 8: structured errors)
+    assert "cell 2 (import os, pathlib, signal, time): RuntimeError: asked to fail" in res.stderr
     assert _digests(out) == good
     beside = [p for p in tmp_path.iterdir() if p.name.startswith("out.failed-")]
     assert len(beside) == 1 and "asked to fail" in (beside[0] / "tiny.ipynb").read_text()
@@ -280,3 +282,90 @@ def test_an_output_folder_given_as_a_symlink_stays_a_symlink(tmp_path, tiny):
     res = _run(["run", str(tiny), "-o", str(link)], tmp_path, _env(tmp_path))
     assert res.returncode == 0, res.stderr
     assert link.is_symlink() and (real / "tiny.ipynb").exists()
+
+
+def test_force_never_deletes_a_notebook_perfkit_did_not_record(tmp_path, tiny):
+    """Review of row 7: `run --force` on a `perfkit open` folder deleted the engineer's notes."""
+    env = _env(tmp_path)
+    out = tmp_path / "inc"
+    out.mkdir()
+    (out / "tiny.ipynb").write_text(tiny.read_text().replace('label = \\"x\\"', 'label = \\"my notes\\"'))
+    (out / "tiny.20261130-020000.ipynb").write_text(tiny.read_text())  # an `open --fresh` backup
+    res = _run(["run", str(tiny), "-o", str(out), "--force"], tmp_path, env)
+    assert res.returncode == 2 and "tiny.20261130-020000.ipynb" in res.stderr
+    assert "my notes" in (out / "tiny.ipynb").read_text()
+
+
+def test_the_current_folder_as_output(tmp_path, tiny):
+    """Review of row 8: `-o .` in an empty folder failed at the end and lost the record."""
+    here = tmp_path / "here"
+    here.mkdir()
+    res = _run(["run", str(tiny), "-o", "."], here, _env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert (here / "tiny.ipynb").exists() and (here / "postmortem.md").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "tiny.ipynb", "tmpdir"]
+
+
+def test_live_parameters_never_fall_back_to_the_default_bundle(tmp_path):
+    """Review of row 10: `-p prometheus_url=` (or a batch entry without bundle) ran on the demo bundle."""
+    env = _env(tmp_path)
+    url = f"http://127.0.0.1:{_dead_port()}"
+    window = ["-p", "start=2026-11-30T01:55:00Z", "-p", "end=2026-11-30T02:35:00Z", "-p", "timeout_s=1"]
+    res = _run(
+        ["run", "inference_latency", "-o", "out", "-p", f"prometheus_url={url}", *window], tmp_path, env
+    )
+    assert res.returncode == 1 and "no evidence" in res.stderr, res.stdout + res.stderr
+    nb = (tmp_path / "out" / "inference_latency.ipynb").read_text()
+    assert "p95-prefill-interference" not in nb.split('"injected-parameters"', 1)[1].split('"source"', 2)[1]
+    res = _run(
+        [
+            "run",
+            "inference_latency",
+            "-o",
+            "out2",
+            "--bundle",
+            str(REPO / "data/scenarios/release-regression"),
+        ]
+        + ["--prometheus", url, "--since", "1h"],
+        tmp_path,
+        env,
+    )
+    assert res.returncode == 2 and "not both" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-p", "gpu_count=" + "9" * 30], "integer out of range"),
+        (["--since", "99999999d", "--prometheus", "http://127.0.0.1:9"], "not between 1 s and 10 years"),
+    ],
+)
+def test_out_of_range_values_are_one_line_errors(tmp_path, args, message):
+    res = _run(["run", "inference_latency", "-o", "out", *args], tmp_path, _env(tmp_path))
+    assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_evidence_text_is_inert_in_the_executed_notebook(tmp_path, scenario_copy):
+    """Review of row 12: the notebook's own Markdown and table outputs carried live images and HTML."""
+    bundle = scenario_copy("release-regression")
+    inc = bundle / "incident.yaml"
+    inc.write_text(
+        inc.read_text().replace(
+            "title: Token latency up after the afternoon releases",
+            'title: "![x](http://evil.example/x.png) <img src=x onerror=alert(1)>"',
+        )
+    )
+    with (bundle / "events.csv").open("a") as fh:
+        fh.write(
+            '2026-11-18T14:20:00Z,config,assist-api,,"<img src=y onerror=alert(2)> ![y](http://evil.example/y)"\n'
+        )
+    res = _run(["run", "inference_latency", "--bundle", str(bundle), "-o", "out"], tmp_path, _env(tmp_path))
+    assert res.returncode == 0, res.stderr
+    nb = json.loads((tmp_path / "out" / "inference_latency.ipynb").read_text())
+    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    markdown = "".join("".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+    html = "".join("".join(o.get("data", {}).get("text/html", "")) for o in outputs)
+    assert "evil.example" in markdown + html  # the text is shown ...
+    for raw in ("![x](http://evil.example/x.png)", "![y](http://evil.example/y)", "<img src="):
+        assert raw not in markdown  # ... but cannot load anything
+    assert "<img src=x" not in html and "<img src=y" not in html
