@@ -4,8 +4,10 @@ The incident notebook is the engineer's working record: opening the same inciden
 re-opens it (notes and outputs kept) instead of replacing it; ``fresh=True`` starts over and
 keeps the previous notebook beside the new one as ``<name>.<YYYYmmdd-HHMMSS>.ipynb`` (UTC).
 
-JupyterLab gets its token through the environment (``JUPYTER_TOKEN``), never on its command line
-(which every local user can read with ``ps``), and runs without terminals unless asked for them.
+JupyterLab gets its token through a private config file (mode 0600, in a 0700 temporary folder,
+removed once the server has read it), never on its command line (which every local user can read
+with ``ps``) nor in its environment (which its kernels inherit: a cell printing ``os.environ``
+would write the token into the notebook). It runs without terminals unless asked for them.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ import json
 import os
 import secrets as _secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -209,6 +214,7 @@ class Lab:
     port: int
     token: str = field(repr=False)
     notebook: str  # path of the notebook, relative to the server's root
+    config_dir: Path | None = field(default=None, repr=False)  # the private folder holding the token
 
     @property
     def url(self) -> str:
@@ -219,24 +225,51 @@ class Lab:
         return f"{self.url}/lab/tree/{self.notebook}?token={self.token}"
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM the server this object started (its own Popen), then SIGKILL if it lingers."""
-        if self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=timeout_s)
+        """SIGTERM the server this object started (its own Popen), then SIGKILL if it lingers;
+        the private config folder (the token) is removed in any case. Ctrl-C, SIGTERM and SIGHUP
+        arriving meanwhile are held until it is done, so they cannot cut it short."""
+        with _signals_held():
+            try:
+                if self.proc.poll() is not None:
+                    return
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=timeout_s)
+            finally:
+                self.forget_config()
+
+    def forget_config(self) -> None:
+        """Remove the private config folder (JupyterLab reads it once, at start)."""
+        if self.config_dir is not None:
+            shutil.rmtree(self.config_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Any:
+    """Block SIGINT, SIGTERM and SIGHUP in this thread while inside (where the platform can); one
+    that arrives meanwhile is delivered, and its Python handler runs, on the way out."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None:
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = mask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, previous)
 
 
 def jupyter_command() -> str:
     return shutil.which("jupyter") or str(Path(sys.executable).with_name("jupyter"))
 
 
-def lab_command(folder: Path, port: int, *, terminals: bool = False) -> list[str]:
+def lab_command(folder: Path, port: int, *, terminals: bool = False, config: Path | None = None) -> list[str]:
     """JupyterLab's argv: 127.0.0.1 only, no browser, terminals off unless asked, and no token
-    (that goes in the environment: see :func:`launch_lab`)."""
+    (that goes in the private ``config`` file: see :func:`launch_lab`)."""
     cmd = [
         jupyter_command(),
         "lab",
@@ -247,6 +280,8 @@ def lab_command(folder: Path, port: int, *, terminals: bool = False) -> list[str
         str(port),
         f"--ServerApp.root_dir={folder.resolve()}",
     ]
+    if config is not None:
+        cmd.append(f"--config={config}")
     if not terminals:
         cmd.append("--ServerApp.terminals_enabled=False")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -265,49 +300,109 @@ def launch_lab(
 ) -> Lab:
     """Start JupyterLab on 127.0.0.1 serving ``folder`` and return once it answers.
 
-    The token is random, passed as ``JUPYTER_TOKEN`` in the server's environment (readable only
-    by the same user), never in argv. Output goes to ``log`` (default: this terminal). Raises
-    :class:`ConfigError` when the server exits or does not answer in ``ready_timeout_s``.
+    The token is random, written to ``IdentityProvider.token`` in a JSON config file (mode 0600,
+    in a private 0700 temporary folder) passed with ``--config``: never in argv, and never in the
+    server's environment, which its kernels inherit. The folder is removed as soon as the server
+    answers (it reads its config once, at start), and by :meth:`Lab.stop` in any case. The
+    user's own ``jupyter_server_config`` is not read (``--config`` replaces it); ``jupyter_config``
+    still is. Output goes to ``log`` (default: this terminal). Raises :class:`ConfigError` when
+    the server exits or does not answer in ``ready_timeout_s``; the server is stopped when this
+    fails or is interrupted (Ctrl-C, or an exception raised by a signal handler) before it returns.
     """
     import requests
 
     port = port or free_port()
     token = _secrets.token_hex(24)
+    # neither variable reaches the server: a token there would reach every kernel too
     env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_TOKEN", "JUPYTER_TOKEN_FILE")}
-    env["JUPYTER_TOKEN"] = token
-    out = log.open("ab") if log is not None else None
-    try:
-        proc = subprocess.Popen(
-            lab_command(folder, port, terminals=terminals),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT if out is not None else None,
-        )
-    finally:
-        if out is not None:
-            out.close()
     try:
         relative = notebook.resolve().relative_to(folder.resolve()).as_posix()
     except ValueError:
         relative = notebook.name
-    lab = Lab(proc, port, token, relative)
-    deadline = time.monotonic() + ready_timeout_s
-    while True:
-        if proc.poll() is not None:
-            raise ConfigError(f"JupyterLab exited with status {proc.returncode} before it was ready")
+    private = Path(tempfile.mkdtemp(prefix="perfkit-lab-"))  # mode 0700
+    lab: Lab | None = None
+    try:
+        config = _write_token_config(private, token)
+        out = log.open("ab") if log is not None else None
         try:
-            resp = requests.get(
-                f"{lab.url}/api/status", headers={"Authorization": f"token {token}"}, timeout=2
+            lab = Lab(
+                subprocess.Popen(
+                    lab_command(folder, port, terminals=terminals, config=config),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT if out is not None else None,
+                ),
+                port,
+                token,
+                relative,
+                private,
             )
-            if resp.status_code == 200:
-                return lab
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
+        finally:
+            if out is not None:
+                out.close()
+        deadline = time.monotonic() + ready_timeout_s
+        while True:
+            if lab.proc.poll() is not None:
+                raise ConfigError(f"JupyterLab exited with status {lab.proc.returncode} before it was ready")
+            try:
+                resp = requests.get(
+                    f"{lab.url}/api/status", headers={"Authorization": f"token {token}"}, timeout=2
+                )
+                if resp.status_code == 200:
+                    lab.forget_config()
+                    return lab
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise ConfigError(f"JupyterLab did not answer on {lab.url} within {ready_timeout_s:g} s")
+            time.sleep(0.2)
+    except BaseException:
+        if lab is not None:
             lab.stop()
-            raise ConfigError(f"JupyterLab did not answer on {lab.url} within {ready_timeout_s:g} s")
-        time.sleep(0.2)
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+
+
+def _write_token_config(private: Path, token: str) -> Path:
+    """``private/jupyter_server_config.json`` (mode 0600) setting the server's token."""
+    config = private / "jupyter_server_config.json"
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({"IdentityProvider": {"token": token}}, fh)
+    return config
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread by the SIGTERM/SIGHUP handler :func:`open_runbook` installs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminate_on_signals() -> Any:
+    """While inside: SIGTERM and SIGHUP raise :class:`_Terminated` in the main thread (once: a
+    later one is ignored), so ``finally`` blocks stop the lab instead of leaving it orphaned. The previous handlers are restored on the way out. Outside
+    the main thread (where handlers cannot be installed) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if not received:
+            received.append(signum)
+            raise _Terminated(signum)
+
+    wanted = [s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None]
+    previous = {s: signal.signal(s, handler) for s in wanted}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
 
 
 def open_runbook(
@@ -322,16 +417,22 @@ def open_runbook(
 ) -> Path:
     """Write (or re-open) the incident notebook, then serve it in JupyterLab until Ctrl-C."""
     target = write_parameterized(runbook, folder, parameters, fresh=fresh)
-    print(f"runbook: {target}")
+    print(f"runbook: {target}", flush=True)
     if not start_lab:
         return target
-    lab = launch_lab(folder, target, port=port, terminals=terminals)
-    print(f"JupyterLab: {lab.notebook_url}")
-    print("terminals are on" if terminals else "terminals are off (--terminals turns them on)")
-    print("stop it with Ctrl-C")
+    lab: Lab | None = None
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            lab.proc.wait()
-    finally:
-        lab.stop()
+        with _terminate_on_signals():  # SIGTERM/SIGHUP stop the lab too, instead of orphaning it
+            try:
+                lab = launch_lab(folder, target, port=port, terminals=terminals)  # stops it if interrupted
+                print(f"JupyterLab: {lab.notebook_url}")
+                print("terminals are on" if terminals else "terminals are off (--terminals turns them on)")
+                print("stop it with Ctrl-C", flush=True)
+                with contextlib.suppress(KeyboardInterrupt):
+                    lab.proc.wait()
+            finally:
+                if lab is not None:
+                    lab.stop()
+    except _Terminated as stopped:
+        raise SystemExit(128 + stopped.signum) from None
     return target

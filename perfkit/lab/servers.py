@@ -47,11 +47,17 @@ def binary(engine: str) -> str:
 
 
 class NotOurProcess(ConfigError):
-    """The PID recorded for a lab server now runs another program: it was not signalled.
+    """The PID recorded for a lab server is not (or no longer) the server perfkit started: nothing
+    was signalled.
 
-    The server perfkit started is no longer running under that PID (it exited, and the PID was
-    reused or the state file was edited), so its state is stale and can be removed.
+    Either the server exited and its PID was reused, or the state file was edited or is malformed
+    (wrong field types); in every case its state is stale and can be removed.
     """
+
+
+# the flag each engine's server is started with, naming its data dir (see start_prometheus and
+# start_victoriametrics): a lab server's command line always carries ``<flag>=<data_dir>``
+DATA_DIR_FLAGS = {"prometheus": "--storage.tsdb.path", "victoriametrics": "-storageDataPath"}
 
 
 def process_identity(pid: int) -> tuple[list[str], int | None] | None:
@@ -94,9 +100,11 @@ class LabServer:
     """A lab server perfkit started, as recorded in its state file (``as_dict`` / ``LabServer(**state)``).
 
     ``cmdline`` and ``started`` are the process's argv and start time, read right after it was
-    spawned; :meth:`stop` signals the PID only while it still runs exactly that. State files
-    written before they were recorded still load; their PID is then signalled only when it runs
-    the engine's binary on this server's ``data_dir``.
+    spawned; :meth:`stop` signals the PID only while it runs the engine's binary on this server's
+    ``data_dir`` and, when they were recorded, exactly that argv with that start time. State
+    files written before they were recorded still load. Loading does not check field types (a
+    state file is JSON anyone may edit): :meth:`stop` does, and refuses a malformed state with
+    :class:`NotOurProcess`.
     """
 
     engine: str
@@ -112,8 +120,12 @@ class LabServer:
         """SIGTERM the process we started (by PID), then SIGKILL if it lingers.
 
         Returns True when it was running and has been stopped, False when it was not running.
-        Raises :class:`NotOurProcess` (nothing signalled) when the PID now runs another program.
+        Raises :class:`NotOurProcess` (nothing signalled) when the PID now runs another program,
+        or when the state itself is malformed (a field of the wrong type: see :meth:`problem`).
         """
+        problem = self.problem()
+        if problem:
+            raise NotOurProcess(f"malformed lab state: {problem}; nothing signalled")
         handle = _pidfd(self.pid)  # pins the process: a PID reused after this check is not signalled
         try:
             identity = process_identity(self.pid)
@@ -139,30 +151,58 @@ class LabServer:
             if handle is not None:
                 os.close(handle)
 
+    def problem(self) -> str | None:
+        """What is wrong with this state's fields (``None`` when nothing): a state file is read
+        back as JSON, so any field may hold any type."""
+
+        def is_int(v: object) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if not isinstance(self.engine, str) or self.engine not in DATA_DIR_FLAGS:
+            return f"engine {self.engine!r} is not one of {', '.join(DATA_DIR_FLAGS)}"
+        if not is_int(self.pid) or not 1 < self.pid < 2**31:
+            return f"pid {self.pid!r} is not a process id (an integer > 1)"
+        if not isinstance(self.data_dir, str) or not self.data_dir:
+            return f"data_dir {self.data_dir!r} is not a path"
+        if not isinstance(self.cmdline, list) or not all(isinstance(a, str) for a in self.cmdline):
+            return f"cmdline {_short(repr(self.cmdline))} is not a list of strings"
+        if self.started is not None and (not is_int(self.started) or self.started < 0):
+            return f"started {self.started!r} is not a start time (an integer, or null)"
+        return None
+
     def _refusal(self, argv: list[str], started: int | None) -> str | None:
-        """Why the running PID is not this server (``None`` when it is)."""
-        if self.cmdline:
-            same = argv == list(self.cmdline) and (
-                self.started is None or started is None or started == self.started
-            )
-        else:  # an older state file: the engine's binary, on this server's data dir
-            names = {ENGINES.get(self.engine, (self.engine, ""))[0], self.engine}
-            same = (
-                bool(argv)
-                and Path(argv[0]).name in names
-                and any(self.data_dir and a.endswith("=" + self.data_dir) for a in argv[1:])
-            )
-        if same:
+        """Why the running PID is not this server (``None`` when it is).
+
+        Always: argv[0] is the engine's binary and argv carries this server's own data dir (so a
+        state file copying another program's argv is refused). The recorded argv, when there is
+        one, must match exactly, and so must the recorded start time (clock ticks since boot: a
+        reused PID has another); a state without a start time (an older state file, or a system
+        without /proc) is accepted on the binary and data dir (and argv) alone.
+        """
+        name = ENGINES[self.engine][0]
+        data_flag = f"{DATA_DIR_FLAGS[self.engine]}={self.data_dir}"
+        why = None
+        if not argv or Path(argv[0]).name != name:
+            why = f"it is not {name}"
+        elif data_flag not in argv[1:]:
+            why = f"it does not run on {self.data_dir}"
+        elif self.cmdline and argv != self.cmdline:
+            why = "its command line differs"
+        elif self.started is not None and started != self.started:
+            why = "it started at another time"
+        if why is None:
             return None
-        shown = " ".join(argv)
-        shown = shown if len(shown) <= 80 else shown[:79] + "…"
         return (
             f"pid {self.pid} is no longer the {self.engine} server perfkit started "
-            f"(it runs {shown!r}); not signalled"
+            f"(it runs {_short(' '.join(argv))!r}: {why}); not signalled"
         )
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _pidfd(pid: int) -> int | None:
