@@ -57,14 +57,10 @@ def grade_bundle(bundle: Path) -> Graded:
     """Run triage on ``bundle`` (never reading its answer) and compare with answer.yaml."""
     import time
 
-    from perfkit.query.local import LocalEngine
-    from perfkit.sources.bundle import load_bundle
-    from perfkit.triage.evidence import gather
-    from perfkit.triage.table import run
+    from perfkit.triage.table import triage_bundle
 
     t = time.perf_counter()
-    b = load_bundle(bundle)
-    result = run(gather(LocalEngine(b.store), b.incident, events=b.events, logs=b.logs))
+    result = triage_bundle(bundle)
     seconds = time.perf_counter() - t
     answer = read_answer(bundle)
     confirmed = [r.row.direction for r in result.confirmed()]

@@ -281,30 +281,15 @@ def open_(
 @live_options
 def triage(bundle: str | None, fmt: str, **live: Any) -> None:
     """Run the triage table on a bundle or live sources; print DESIGN.md §5's JSON or a table."""
-    from perfkit.triage.evidence import gather
-    from perfkit.triage.table import run as run_triage
+    from perfkit.triage.table import triage_bundle, triage_evidence
 
     if bundle:
-        from perfkit.query.local import LocalEngine
-        from perfkit.sources.bundle import load_bundle
-
-        b = load_bundle(bundle)
-        engine, incident, events, logs, missing = (
-            LocalEngine(b.store),
-            b.incident,
-            b.events,
-            b.logs,
-            b.missing,
-        )
+        result = triage_bundle(bundle)
     elif live.get("prometheus_url"):
         incident, ev = _live(live)
-        engine, events, logs, missing = ev.engine, ev.events, ev.logs, ev.missing
+        result = triage_evidence(ev.engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing)
     else:
         raise click.UsageError("give --bundle DIR or --prometheus URL with --start/--end (or --since)")
-    result = run_triage(gather(engine, incident, events=events, logs=logs))
-    for m in missing:
-        if m not in result.missing:
-            result.missing.append(m)
     if fmt == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
         return

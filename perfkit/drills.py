@@ -80,13 +80,9 @@ def check(name: str, direction: str, version: str | None = None, *, root: Path =
     correct = direction == answer["direction"]
     want_version = answer.get("suspect_version")
     version_correct = None if want_version is None else (version == want_version)
-    from perfkit.query.local import LocalEngine
-    from perfkit.sources.bundle import load_bundle
-    from perfkit.triage.evidence import gather
-    from perfkit.triage.table import run
+    from perfkit.triage.table import triage_bundle
 
-    b = load_bundle(drill.path)
-    result = run(gather(LocalEngine(b.store), b.incident, events=b.events, logs=b.logs))
+    result = triage_bundle(drill.path)
     top = result.top
     found = {
         "direction": top.row.direction if top else None,

@@ -136,3 +136,27 @@ def run(ev: Evidence) -> TriageResult:
     return TriageResult(
         ev.incident.id, ev.incident.window.as_dict(), results, missing, ev.release.suspect_version
     )
+
+
+def triage_evidence(
+    engine: Any, incident: Any, *, events: pl.DataFrame, logs: Any, missing: list[str]
+) -> TriageResult:
+    """The triage table on opened evidence (a bundle's or live sources'), with the evidence the
+    sources could not get added to the result's ``missing``."""
+    from perfkit.triage.evidence import gather
+
+    result = run(gather(engine, incident, events=events, logs=logs))
+    for m in missing:
+        if m not in result.missing:
+            result.missing.append(m)
+    return result
+
+
+def triage_bundle(path: Any) -> TriageResult:
+    """The triage table on an incident bundle folder: what ``perfkit triage --bundle``, drills and
+    grading all run (one seam, so they cannot disagree)."""
+    from perfkit.query.local import LocalEngine
+    from perfkit.sources.bundle import load_bundle
+
+    b = load_bundle(path)
+    return triage_evidence(LocalEngine(b.store), b.incident, events=b.events, logs=b.logs, missing=b.missing)

@@ -10,16 +10,14 @@ import pytest
 
 from perfkit.query.local import LocalEngine
 from perfkit.sources.bundle import load_bundle
-from perfkit.triage.evidence import gather
-from perfkit.triage.table import run
+from perfkit.triage.table import triage_bundle
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
 TS = re.compile(r" (\d{10}\.\d{3})$")
 
 
 def triage(bundle: Path):
-    b = load_bundle(bundle)
-    return run(gather(LocalEngine(b.store), b.incident, events=b.events, logs=b.logs)).to_json()
+    return triage_bundle(bundle).to_json()
 
 
 def rewrite(path: Path, fn) -> None:
