@@ -4,9 +4,11 @@ and scrub known secret values out of everything perfkit writes.
 A runbook parameter names where a secret lives (``prometheus_token_env = "PROM_TOKEN"``,
 ``..._file = "/run/secrets/prom"``); :func:`check_parameters` refuses a value that looks like the
 secret itself, a ``*_env`` value that is not a variable name, and a URL that carries
-``user:password@``; :func:`parameter_warnings` names references that point at nothing; and
-:func:`scrub` replaces, in an executed notebook, every value :func:`known_secrets` finds: what the
-references point at, and every secret-looking value of the environment.
+``user:password@`` (or, in a ``*_url``, a ``?token=``-style credential);
+:func:`parameter_warnings` names references that point at nothing; and :func:`scrub` replaces,
+in an executed notebook, every value :func:`known_secrets` finds: what the references point at,
+and every secret-looking value of the environment (slug-like values found only by their
+variable's name, only where that variable is printed).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import html
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -81,18 +83,103 @@ def looks_like_secret(value: str) -> bool:
 
 # -- URLs with credentials -------------------------------------------------------------------------
 
-#: ``scheme://USERINFO@``: everything between ``://`` and the last ``@`` before any ``?``, ``#`` or
-#: whitespace. Looser than RFC 3986 on purpose: a password with an unescaped ``/`` (which makes
-#: ``urlsplit`` see ``pa`` as the port and ``ss@host`` as the path) is userinfo here too, so it is
-#: never shown. The price: an ``@`` in a URL's path counts as credentials.
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s?#]*)@")
-#: RFC 3986 userinfo (no ``/`` before the ``@``), for values that are not named ``*_url``.
+#: Where a URL starts: ``scheme://``.
+_SCHEME = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://")
+_WHITESPACE = re.compile(r"\s")
+_QUERY_START = re.compile(r"[?#]")
+#: ``[userinfo@]host[:port]/path`` and nothing more: the text before a ``?`` or ``#`` that makes it
+#: the start of a query or fragment (see :func:`_userinfo_end`).
+_HEAD_WITH_PATH = re.compile(r"(?:[^\s/]*@)?(?:\[[^\s/\]@]*\]|[^\s/:@\[\]]*)(?::\d*)?/\S*")
+#: RFC 3986 userinfo (no ``/``, ``?``, ``#`` before the ``@``), for values not named ``*_url``.
 _URL_USERINFO_STRICT = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/?#]*)@")
-
-#: A URL (scheme optional) whose authority holds an ``@``: what a ``*_url`` parameter may not be.
-_LEADING_USERINFO = re.compile(
-    r"(?P<prefix>\s*(?:[A-Za-z][A-Za-z0-9+.\-]*:)?//)?(?P<userinfo>[^\s?#]*)@(?P<rest>.*)", re.DOTALL
+#: What may come before a ``*_url`` parameter's userinfo: a scheme and ``//``, or just ``//``.
+_LEADING_SCHEME = re.compile(r"\s*(?:[A-Za-z][A-Za-z0-9+.\-]*:)?//")
+#: A credential in a URL's query string (``?token=...``, ``&api_key=...``), case-insensitive.
+QUERY_SECRET_NAMES = (
+    "password",
+    "passwd",
+    "pwd",
+    "token",
+    "access_token",
+    "refresh_token",
+    "id_token",
+    "private_token",
+    "api_key",
+    "apikey",
+    "api-key",
+    "key",
+    "secret",
+    "client_secret",
+    "auth",
+    "sig",
+    "signature",
 )
+_QUERY_SECRET = re.compile(
+    r"(?P<lead>[?&;])(?P<name>"
+    + "|".join(re.escape(n) for n in QUERY_SECRET_NAMES)
+    + r")=(?P<value>[^&;#\s]+)",
+    re.IGNORECASE,
+)
+
+
+def _userinfo_end(rest: str) -> int:
+    """Where the userinfo of a URL ends: the index in ``rest`` (the URL after ``scheme://``, up to
+    the first whitespace) of the ``@`` that ends it, or -1 when the URL has none.
+
+    The rule (hosts never contain ``@``; passwords may hold any of ``/ ? # @``): the userinfo is
+    everything up to the LAST ``@`` of ``rest``. One exception keeps a query's or fragment's ``@``
+    out of it: the first ``?`` or ``#`` before which stands a complete
+    ``[userinfo@]host[:port]/path`` (a path came first) starts the query or fragment, and only an
+    ``@`` before it counts. So ``admin:S3cr3t#Pw@host`` and ``admin:pa/ss@host`` are credentials,
+    ``admin:123#Pw@prom/api?q=a@b`` has the userinfo ``admin:123#Pw``, and
+    ``prom/api?match=user@example.com`` has none; an ``@`` in a path (``prom/a@b``) is counted as
+    credentials (a URL is shown as less, never as more).
+    """
+    for i, q in enumerate(_QUERY_START.finditer(rest)):
+        if i >= 16:  # bounded work on long text; past that, the last '@' (shows less, not more)
+            break
+        if _HEAD_WITH_PATH.fullmatch(rest, 0, q.start()):
+            return rest.rfind("@", 0, q.start())
+    return rest.rfind("@")
+
+
+def _userinfo_spans(text: str) -> Iterator[tuple[int, int, int]]:
+    """``(scheme_start, userinfo_start, at)`` for each URL of ``text`` that carries userinfo."""
+    pos = 0
+    while True:
+        m = _SCHEME.search(text, pos)
+        if not m:
+            return
+        ws = _WHITESPACE.search(text, m.end())
+        stop = ws.start() if ws else len(text)
+        at = _userinfo_end(text[m.end() : stop])
+        if at < 0:
+            pos = m.end()
+            continue
+        yield m.start(), m.end(), m.end() + at
+        pos = m.end() + at + 1
+
+
+def _replace_userinfo(text: str, replacement: str) -> str:
+    """``text`` with the userinfo (and its ``@``) of every URL replaced by ``replacement``."""
+    if "@" not in text:
+        return text
+    out: list[str] = []
+    last = 0
+    for _, start, at in _userinfo_spans(text):
+        out.append(text[last:start])
+        out.append(replacement)
+        last = at + 1
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _query_secrets(text: str) -> list[tuple[str, str]]:
+    """``(name, value)`` of each credential in the query strings of the URLs in ``text``."""
+    if "=" not in text or ("?" not in text and not _SCHEME.search(text)):
+        return []
+    return [(m.group("name"), m.group("value")) for m in _QUERY_SECRET.finditer(text)]
+
 
 BASIC_AUTH_HINT = (
     "--basic-auth-user USER --password-env VAR "
@@ -108,7 +195,7 @@ def strip_userinfo(url: str) -> str:
     >>> strip_userinfo("http://admin:hunter2@prom:9090/api"), strip_userinfo("http://prom:9090")
     ('http://prom:9090/api', 'http://prom:9090')
     """
-    return _URL_USERINFO.sub(r"\g<scheme>", url)
+    return _replace_userinfo(url, "")
 
 
 def url_userinfo_error(name: str, url: str, *, strict: bool = False) -> str | None:
@@ -122,17 +209,35 @@ def url_userinfo_error(name: str, url: str, *, strict: bool = False) -> str | No
     >>> url_userinfo_error("prometheus_url", "http://prom:9090") is None
     True
     """
-    if not isinstance(url, str) or "@" not in url:
+    if not isinstance(url, str):
+        return None
+    if not strict:
+        query = _query_secrets(url)
+        if query:
+            shown = strip_userinfo(
+                _QUERY_SECRET.sub(lambda m: f"{m.group('lead')}{m.group('name')}={REDACTED}", url)
+            )
+            names = ", ".join(sorted({n.lower() for n, _ in query}))
+            return (
+                f"parameter {name!r}: the URL carries a credential in its query string ({names}=...), "
+                f"which would be written into every output: give {shown!r} without it and pass a "
+                f"reference to the secret instead (an environment variable name, e.g. "
+                f"prometheus_token_env=VAR, or {BASIC_AUTH_HINT})"
+            )
+    if "@" not in url:
         return None
     if strict:
         if not _URL_USERINFO_STRICT.search(url):
             return None
         shown = strip_userinfo(url)
     else:
-        lead = _LEADING_USERINFO.match(url)  # also without a scheme: admin:pw@prom:9090, //u:p@h
-        if lead:
-            shown = strip_userinfo((lead.group("prefix") or "") + lead.group("rest"))
-        elif _URL_USERINFO.search(url):
+        lead = _LEADING_SCHEME.match(url)  # also without a scheme: admin:pw@prom:9090, //u:p@h
+        prefix = lead.group(0) if lead else url[: len(url) - len(url.lstrip())]
+        ws = _WHITESPACE.search(url, len(prefix))
+        at = _userinfo_end(url[len(prefix) : ws.start() if ws else len(url)])
+        if at >= 0:
+            shown = strip_userinfo(prefix + url[len(prefix) + at + 1 :])
+        elif any(_userinfo_spans(url)):
             shown = strip_userinfo(url)
         else:
             return None
@@ -153,12 +258,13 @@ def check_url(name: str, url: str) -> None:
 def _url_credentials(text: str) -> set[str]:
     """Secrets in the credential-carrying URLs of ``text``: each URL's ``userinfo@`` and its password
     (6+ characters, raw and percent-decoded), a bare user 8+ characters long (a token put there),
-    and the URL up to the next whitespace."""
+    and the URL up to the next whitespace; and the value of each credential in a URL's query string
+    (``?token=...``, see :data:`QUERY_SECRET_NAMES`), raw and percent-decoded."""
     found: set[str] = set()
-    if "@" not in text:
+    if "://" not in text:
         return found
-    for m in _URL_USERINFO.finditer(text):
-        userinfo = m.group("userinfo")
+    for start, user_start, at in _userinfo_spans(text):
+        userinfo = text[user_start:at]
         found.add(userinfo + "@")
         user, colon, password = userinfo.partition(":")
         if colon:
@@ -167,8 +273,10 @@ def _url_credentials(text: str) -> set[str]:
                     found.add(p)
         elif len(user) >= 8 and _plausible_secret(user):
             found.add(user)
-        end = re.search(r"\s", text[m.end() :])
-        found.add(text[m.start() : m.end() + end.start()] if end else text[m.start() :])
+        end = _WHITESPACE.search(text, at)
+        found.add(text[start : end.start()] if end else text[start:])
+    for _, value in _query_secrets(text):
+        found.update(v for v in (value, unquote(value)) if len(v) >= 6)
     return found
 
 
@@ -199,7 +307,7 @@ def _redact_value(value: Any) -> Any:
     if isinstance(value, str):
         if looks_like_secret(value):
             return REDACTED
-        return _URL_USERINFO.sub(rf"\g<scheme>{REDACTED}@", value) if "@" in value else value
+        return _replace_userinfo(value, f"{REDACTED}@")
     if isinstance(value, Mapping):
         return redact_parameters(value)
     if isinstance(value, list | tuple):
@@ -225,8 +333,7 @@ def redact_text(text: str) -> str:
     >>> redact_text("cannot reach http://admin:hunter2@prom:9090")
     'cannot reach http://[redacted]@prom:9090'
     """
-    if "@" in text:
-        text = _URL_USERINFO.sub(rf"\g<scheme>{REDACTED}@", text)
+    text = _replace_userinfo(text, f"{REDACTED}@")
     return _SECRET_IN_TEXT.sub(REDACTED, text)
 
 
@@ -278,10 +385,12 @@ def env_reference_error(name: str, value: Any) -> str | None:
     (None when it is: empty, or a variable name). Never quotes the value.
 
     Refused: anything but a string; a string that is not a variable name (``sk-...``, a URL,
-    ``$PROM_TOKEN``); and a valid name that looks like the secret itself: what
-    :func:`looks_like_secret` says, or 24+ characters without an underscore mixing letters and
-    digits or upper and lower case (a hex or base62 token; nobody names a variable so).
-    ``PROM_TOKEN``, ``GRAFANA_API_KEY_2`` and ``AWS_SECRET_ACCESS_KEY`` pass.
+    ``$PROM_TOKEN``); a valid name that :func:`looks_like_secret`; and a name shaped like a token
+    (:func:`_token_shaped`): without ``_``, anything but 1 to 16 upper-case letters and digits
+    (``PROMTOKEN`` and ``TOKEN2`` pass; ``AKIAIOSFODNN7EXAMPLE``, ``Summer2024x`` and lower-case
+    tokens do not); with ``_``, a part that looks random (16+ characters mixing letters and digits,
+    or upper- and lower-case letters). ``PROM_TOKEN``, ``GRAFANA_API_KEY_2``,
+    ``AWS_SECRET_ACCESS_KEY`` and ``prom_token`` pass.
 
     >>> env_reference_error("prometheus_token_env", "PROM_TOKEN") is None
     True
@@ -304,12 +413,23 @@ def env_reference_error(name: str, value: Any) -> str | None:
     return None
 
 
+#: A variable name without ``_``: at most 16 upper-case letters and digits (``PROMTOKEN``).
+_PLAIN_ENV = re.compile(r"[A-Z0-9]{1,16}")
+
+
 def _token_shaped(text: str) -> bool:
-    if len(text) < 24 or "_" in text:
+    """Whether a valid variable name is more likely a pasted token (see :func:`env_reference_error`)."""
+    if "_" not in text:
+        return not _PLAIN_ENV.fullmatch(text)
+    return any(_random_part(part) for part in text.split("_"))
+
+
+def _random_part(part: str) -> bool:
+    if len(part) < 16:
         return False
-    digits = any(c.isdigit() for c in text)
-    mixed_case = any(c.islower() for c in text) and any(c.isupper() for c in text)
-    return digits or mixed_case
+    letters_and_digits = any(c.isalpha() for c in part) and any(c.isdigit() for c in part)
+    mixed_case = any(c.islower() for c in part) and any(c.isupper() for c in part)
+    return letters_and_digits or mixed_case
 
 
 def check_parameters(params: Mapping[str, Any]) -> None:
@@ -349,7 +469,7 @@ def check_parameters(params: Mapping[str, Any]) -> None:
 def parameter_warnings(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> list[str]:
     """What a person should hear before a run whose parameters pass :func:`check_parameters`:
     a ``*_env`` reference to a variable that is not set (the request goes without credentials),
-    a ``*_file`` that does not exist, and a basic-auth user without a password reference (or the
+    a ``*_file`` that does not exist (named only when it looks like a path: see :func:`_path_like`), and a basic-auth user without a password reference (or the
     other way round). One line each; the caller prints them."""
     env = os.environ if environ is None else environ
     out: list[str] = []
@@ -366,7 +486,12 @@ def parameter_warnings(params: Mapping[str, Any], environ: Mapping[str, str] | N
             )
             out.append(f"{name}: {shown} is not set; the request goes without credentials")
         elif name.endswith("_file") and not _exists(value):
-            out.append(f"{name}: {strip_userinfo(value)} does not exist")
+            if _path_like(value):
+                out.append(f"{name}: {strip_userinfo(value)} does not exist")
+            else:
+                out.append(
+                    f"{name}: the file reference does not exist (not shown: it may be the secret itself)"
+                )
         elif name.endswith("basic_auth_user") and not params.get(
             name[: -len("basic_auth_user")] + "password_env"
         ):
@@ -376,6 +501,12 @@ def parameter_warnings(params: Mapping[str, Any], environ: Mapping[str, str] | N
         if name.endswith("password_env") and not params.get(name[: -len("password_env")] + "basic_auth_user"):
             out.append(f"{name}: no {name[: -len('password_env')]}basic_auth_user; the password is not used")
     return out
+
+
+def _path_like(value: str) -> bool:
+    """Whether a ``*_file`` value may be echoed: it contains ``/``, ``.`` or ``~`` (a path, not a
+    pasted token) and does not itself :func:`looks_like_secret`."""
+    return any(c in value for c in "/.~") and not looks_like_secret(value)
 
 
 def _exists(path: str) -> bool:
@@ -407,15 +538,29 @@ def resolve_secret(env: str | None = None, file: str | None = None) -> str | Non
 
 # -- known secrets and scrubbing ------------------------------------------------------------------
 
-#: Environment variable names that hold a secret (``OPENAI_KEY``, ``DB_PASS``, ``GITHUB_TOKEN`` ...).
-#: ``AUTHOR`` is taken out of a name first (``GIT_AUTHOR_EMAIL`` is not a credential).
-SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL|AUTH|PRIVATE|COOKIE|SIGNATURE|DSN", re.IGNORECASE)
+#: Environment variable names that hold a secret (``OPENAI_KEY``, ``DB_PASS``, ``GITHUB_TOKEN``,
+#: ``MYAPP_PWD`` ...). ``AUTHOR`` is taken out of a name first (``GIT_AUTHOR_EMAIL`` is not a
+#: credential); the shell's ``PWD`` and ``OLDPWD`` (folders) are not secret names.
+SECRET_ENV = re.compile(
+    r"TOKEN|KEY|SECRET|PASS|PWD|CREDENTIAL|AUTH|PRIVATE|COOKIE|SIGNATURE|DSN", re.IGNORECASE
+)
+#: Names that say "password" or "secret" outright: their values are scrubbed everywhere even when
+#: they read like a slug (a passphrase such as ``correct-horse-battery-staple``).
+STRONG_SECRET_ENV = re.compile(r"SECRET|PASS|PWD|CREDENTIAL|COOKIE", re.IGNORECASE)
+_SHELL_FOLDERS = frozenset({"PWD", "OLDPWD"})
 #: A guessed secret shorter than this is not scrubbed (too likely to be an ordinary word).
 MIN_GUESSED = 8
 #: A known secret (what a reference points at, a URL's password) shorter than this is not scrubbed.
 MIN_KNOWN = 6
+#: A secret this long or longer is also scrubbed where only a prefix of it shows (a truncated
+#: table cell): every occurrence of its first :data:`PREFIX_HEAD` characters, extended as far as
+#: the text goes on matching the secret, and a ``...``/``…`` right after.
+MIN_PREFIXED = 16
+PREFIX_HEAD = 12
 _WORDS = re.compile(r"[A-Za-z]+(?:[-_. ][A-Za-z]+)*")
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+_SLUG = re.compile(r"[A-Za-z0-9]+(?:[-_./:][A-Za-z0-9]+)+")
+_SLUG_SEGMENT = re.compile(r"[a-z0-9]+|[A-Z][a-z0-9]*|[A-Z0-9]+")
 
 
 def _plausible_secret(value: str) -> bool:
@@ -434,7 +579,29 @@ def _plausible_secret(value: str) -> bool:
     return not (text.startswith("/") and "\n" not in text and _exists(text))
 
 
+def slug_like(value: str) -> bool:
+    """Whether a value reads like a name, not a credential: a model, a runbook, a profile.
+
+    The rule: 2+ segments of letters and digits joined by single ``-``, ``_``, ``.``, ``/`` or
+    ``:``; every segment shorter than 16 characters and either lower-case (``70b``), capitalized
+    (``Llama``) or upper-case (``8B``), never mixed inside (``Zq7pL0``); at least one segment of 3+
+    letters only (a word: UUIDs and hex groups have none); and not :func:`looks_like_secret`.
+
+    >>> slug_like("llama-3.1-70b-instruct"), slug_like("meta-llama/Llama-3.1-8B"), slug_like("ab12-cd34")
+    (True, True, False)
+    """
+    text = value.strip()
+    if not _SLUG.fullmatch(text) or looks_like_secret(text):
+        return False
+    segments = re.split(r"[-_./:]", text)
+    if any(len(seg) >= 16 or not _SLUG_SEGMENT.fullmatch(seg) for seg in segments):
+        return False
+    return any(len(seg) >= 3 and seg.isalpha() for seg in segments)
+
+
 def _secret_env_name(name: str) -> bool:
+    if name.upper() in _SHELL_FOLDERS:
+        return False
     return bool(SECRET_ENV.search(name.upper().replace("AUTHOR", "")))
 
 
@@ -453,19 +620,37 @@ def _spellings(secret: str) -> set[str]:
     return out
 
 
-def known_secrets(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> list[str]:
+class SecretSet(list[str]):
+    """What :func:`known_secrets` finds: a list of the strings to scrub everywhere (longest first),
+    and in :attr:`contextual` the ``(variable name, value)`` pairs to scrub only where the variable
+    itself is printed (see :func:`scrub`). A plain list works wherever a ``SecretSet`` does."""
+
+    def __init__(self, secrets: Iterable[str] = (), contextual: Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__(secrets)
+        self.contextual: list[tuple[str, str]] = list(contextual)
+
+
+def known_secrets(params: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> SecretSet:
     """Every string :func:`scrub` must replace, longest first, 6+ characters:
 
     * what ``*_env`` parameters and secret-named ``*_file`` parameters point at;
     * secret-named and secret-looking parameter values, and the credentials of a parameter URL;
     * the value of every environment variable whose name contains TOKEN, KEY, SECRET, PASS(WORD),
-      CREDENTIAL, AUTH, PRIVATE, COOKIE, SIGNATURE or DSN, unless it is a plain setting
+      PWD, CREDENTIAL, AUTH, PRIVATE, COOKIE, SIGNATURE or DSN, unless it is a plain setting
       (:func:`_plausible_secret`: ``AUTH_MODE=disabled``, a number, an existing path);
     * the value of any environment variable that :func:`looks_like_secret`, and the password (and
-      whole URL) of any variable holding a URL with credentials (``DATABASE_URL=postgres://u:p@h/db``);
+      whole URL) and query-string credentials of any variable holding a URL
+      (``DATABASE_URL=postgres://u:p#w@h/db``);
 
     each also as printed by Python, JSON, HTML and percent-encoding (:func:`_spellings`).
-    ``PATH``, ``HOME`` and other plain variables are never touched.
+    ``PATH``, ``HOME``, ``PWD`` and other plain variables are never touched.
+
+    One exception, in :attr:`SecretSet.contextual`: a value found only because of its variable's
+    name (not secret-looking itself, not what a ``*_env`` parameter names, not a URL credential)
+    that reads like a name (:func:`slug_like`: ``VLLM_TOKENIZER=llama-3.1-70b-instruct``,
+    ``PROFILE_KEY=inference_latency``), under a name that does not say SECRET, PASS, PWD,
+    CREDENTIAL or COOKIE, is scrubbed only where it follows the variable's name (``NAME=value``,
+    ``'NAME': 'value'``, a table row): the model name elsewhere in the postmortem stays.
     """
     env = os.environ if environ is None else environ
     found: set[str] = set(secret_values(params))
@@ -477,45 +662,166 @@ def known_secrets(params: Mapping[str, Any], environ: Mapping[str, str] | None =
         elif str(name).endswith("_file") and is_secret_name(str(name)[:-5]):
             with contextlib.suppress(OSError, ValueError):
                 found.add(Path(value).read_text(encoding="utf-8").strip())
+    contextual: list[tuple[str, str]] = []
     for name, value in env.items():
         if not value or not isinstance(value, str):
             continue
-        if (_secret_env_name(str(name)) and _plausible_secret(value)) or looks_like_secret(value):
+        name = str(name)
+        if looks_like_secret(value):
             found.add(value)
+        elif _secret_env_name(name) and _plausible_secret(value):
+            if not STRONG_SECRET_ENV.search(name) and slug_like(value):
+                contextual.append((name, value))
+            else:
+                found.add(value)
         found.update(_url_credentials(value))
     spelled: set[str] = set()
     for secret in found:
         if len(secret) >= MIN_KNOWN:
             spelled.update(s for s in _spellings(secret) if len(s) >= MIN_KNOWN)
-    return sorted(spelled, key=lambda s: (-len(s), s))
+    everywhere = {v.strip() for v in found} | found
+    contextual = sorted(
+        {(n, v) for n, v in contextual if v not in everywhere and v.strip() not in everywhere},
+        key=lambda nv: (-len(nv[0]), nv),
+    )
+    return SecretSet(sorted(spelled, key=lambda s: (-len(s), s)), contextual)
 
 
-def scrub(value: Any, secrets: list[str]) -> tuple[Any, int]:
+# -- scrubbing ------------------------------------------------------------------------------------
+
+#: What may stand between a variable's name and its value when the variable is printed, on one
+#: line: ``=``, ``:``, ``|``, ``,``, spaces, tabs, quotes (raw, backslash-escaped or as HTML
+#: entities), and table-cell tags (``</td><td>``, with line breaks around them as pandas writes).
+_CONTEXT_SEP = r"(?:[ \t=:|,'\"\\]|&(?:\#39|\#34|\#x27|\#x22|quot|apos);|\s*</?t[dhr]\b[^>\n]*>\s*)++"
+
+
+def _loose(text: str) -> str:
+    """A pattern for ``text`` that also matches it Markdown-escaped (a backslash before punctuation)."""
+    return "".join(re.escape(c) if c.isalnum() else r"\\?" + re.escape(c) for c in text)
+
+
+def _context_pattern(name: str, value: str) -> re.Pattern[str]:
+    values = sorted({value, quote(value, safe="")}, key=len, reverse=True)
+    return re.compile(
+        rf"(?P<ctx>(?<![A-Za-z0-9_]){_loose(name)}{_CONTEXT_SEP})(?:{'|'.join(_loose(v) for v in values)})"
+    )
+
+
+class _Scrubber:
+    """The compiled form of what :func:`scrub` replaces: whole secrets, prefixes of long ones, and
+    contextual ``(name, value)`` pairs."""
+
+    def __init__(self, secrets: list[str], contextual: list[tuple[str, str]]) -> None:
+        self.whole = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self.prefixed: dict[str, list[str]] = {}
+        for s in self.whole:
+            body = s.split("://", 1)[1] if "://" in s[: PREFIX_HEAD + 3] else s
+            if len(body) >= MIN_PREFIXED:
+                self.prefixed.setdefault(body[:PREFIX_HEAD], []).append(body)
+        self.contextual = [(n, v) for n, v in contextual if n and v]
+        self._compile()
+
+    def _compile(self) -> None:
+        self.heads = (
+            re.compile("|".join(re.escape(h) for h in sorted(self.prefixed))) if self.prefixed else None
+        )
+        self.patterns = [_context_pattern(n, v) for n, v in self.contextual]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.whole or self.prefixed or self.contextual)
+
+    def narrow(self, text: str) -> None:
+        """Keep only what can occur in ``text`` (a JSON serialization of the value to scrub)."""
+
+        def present(s: str) -> bool:
+            return json.dumps(s, ensure_ascii=False)[1:-1] in text
+
+        self.whole = [s for s in self.whole if present(s)]
+        self.prefixed = {h: b for h, b in self.prefixed.items() if present(h)}
+        self.contextual = [
+            (n, v) for n, v in self.contextual if max(re.findall(r"[A-Za-z0-9]+", n) or [n], key=len) in text
+        ]
+        self._compile()
+
+    def __call__(self, v: str) -> tuple[str, int]:
+        hits = 0
+        for s in self.whole:
+            if s in v:
+                hits += v.count(s)
+                v = v.replace(s, REDACTED)
+        if self.heads is not None and self.heads.search(v):
+            v, n = self._prefixes(v)
+            hits += n
+        for pattern in self.patterns:
+            v, n = pattern.subn(lambda m: m.group("ctx") + REDACTED, v)
+            hits += n
+        return v, hits
+
+    def _prefixes(self, v: str) -> tuple[str, int]:
+        assert self.heads is not None
+        out: list[str] = []
+        last = hits = 0
+        for m in self.heads.finditer(v):
+            start = m.start()
+            if start < last:
+                continue
+            end = start
+            for body in self.prefixed[m.group()]:
+                k, limit = PREFIX_HEAD, min(len(body), len(v) - start)
+                while k < limit and v[start + k] == body[k]:
+                    k += 1
+                end = max(end, start + k)
+            if v.startswith("...", end):
+                end += 3
+            elif v.startswith("\u2026", end):
+                end += 1
+            out += [v[last:start], REDACTED]
+            last = end
+            hits += 1
+        out.append(v[last:])
+        return "".join(out), hits
+
+
+def scrub(
+    value: Any, secrets: Iterable[str], *, contextual: Iterable[tuple[str, str]] | None = None
+) -> tuple[Any, int]:
     """Replace every occurrence of each secret in all strings of ``value`` (nested JSON). Returns (clean, hits).
 
+    * each string of ``secrets`` is replaced wherever it occurs;
+    * a secret of 16+ characters is also replaced where only a prefix of it shows (a table cell
+      truncated to ``abcdefghijkl...``): each occurrence of its first 12 characters is redacted as
+      far as the text goes on matching the secret, with a ``...`` or ``…`` right after (a URL's
+      ``scheme://`` does not count in those 12);
+    * each ``(name, value)`` of ``contextual`` (default: ``secrets.contextual`` when ``secrets`` is a
+      :class:`SecretSet`) is replaced only right after its variable's name on the same line:
+      ``NAME=value``, ``'NAME': 'value'``, ``"NAME": "value"``, ``NAME   value``, ``NAME | value``,
+      ``<td>NAME</td><td>value</td>`` (also HTML- or Markdown-escaped); the name is kept.
+
     Fast on large notebooks with many secrets: ``value`` is serialized once and only the secrets
-    that occur in that text are looked for string by string (nothing is walked when none does).
+    that occur in that text are looked for string by string (nothing is walked when none does);
+    the prefixes are found with one compiled alternation.
     """
-    candidates = sorted({s for s in secrets if s}, key=len, reverse=True)
-    if not candidates:
+    if contextual is None:
+        contextual = getattr(secrets, "contextual", None) or []
+    plan = _Scrubber(list(secrets), list(contextual))
+    if plan.empty:
         return value, 0
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         text = None
     if text is not None:  # JSON escapes character by character: a substring stays a substring
-        candidates = [s for s in candidates if json.dumps(s, ensure_ascii=False)[1:-1] in text]
-        if not candidates:
+        plan.narrow(text)
+        if plan.empty:
             return value, 0
     hits = 0
 
     def walk(v: Any) -> Any:
         nonlocal hits
         if isinstance(v, str):
-            for s in candidates:
-                if s in v:
-                    hits += v.count(s)
-                    v = v.replace(s, REDACTED)
+            v, n = plan(v)
+            hits += n
             return v
         if isinstance(v, Mapping):
             return {k: walk(x) for k, x in v.items()}

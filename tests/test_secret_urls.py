@@ -265,3 +265,107 @@ def test_capture_records_no_url_credentials(tmp_path: Path):
     doc = yaml.safe_load(written["incident.yaml"])
     assert doc["captured"]["from"] == "http://prom.example:9090"
     assert "http://prom.example:9090/builds/7" in written["events.csv"]
+
+
+# -- passwords with '#' or '?', and credentials in the query string -------------------------------
+
+HASH_PASSWORD = "S3cr3t#Pw"
+
+
+@pytest.mark.parametrize(
+    ("url", "stripped"),
+    [
+        (f"http://admin:{HASH_PASSWORD}@127.0.0.1:9", "http://127.0.0.1:9"),
+        ("http://admin:S3cr3t?Pw@127.0.0.1:9/api", "http://127.0.0.1:9/api"),
+        ("http://admin:123#Pw@prom:9090/api?q=a@b", "http://prom:9090/api?q=a@b"),
+        ("https://admin:p@ss#w@prom.example", "https://prom.example"),
+        (
+            "https://prom.example/api?match=user@example.com",
+            "https://prom.example/api?match=user@example.com",
+        ),
+    ],
+)
+def test_the_userinfo_of_a_url_ends_at_its_last_at_sign(url, stripped):
+    assert strip_userinfo(url) == stripped
+
+
+@pytest.mark.parametrize(
+    ("url", "password", "host"),
+    [
+        (f"http://admin:{HASH_PASSWORD}@127.0.0.1:9", HASH_PASSWORD, "127.0.0.1:9"),
+        ("http://admin:S3cr3t?Pw@127.0.0.1:9", "S3cr3t?Pw", "127.0.0.1:9"),
+        ("admin:S3cr3t#Pw@127.0.0.1:9", "S3cr3t#Pw", "127.0.0.1:9"),
+        ("http://admin:123#Pw@prom:9090", "123#Pw", "prom:9090"),
+    ],
+)
+def test_a_password_with_hash_or_question_mark_is_refused_and_scrubbed(url, password, host):
+    with pytest.raises(SecretLeak) as err:
+        check_parameters({"prometheus_url": url})
+    message = str(err.value)
+    assert "prometheus_url" in message and host in message
+    for part in (password, "Pw", "admin"):
+        assert part not in message, part
+    if "://" not in url:
+        return
+    assert redact_text(f"GET {url}/api") == f"GET http://[redacted]@{host}/api"
+    clean, hits = scrub(
+        {"printed": f"url={url} password={password}"}, known_secrets({"prometheus_url": url}, {})
+    )
+    assert hits and password not in clean["printed"] and "Pw" not in clean["printed"]
+
+
+ENV_URLS = {
+    "DATABASE_URL": "postgres://app:Pg#Passw0rd-xyz@db/prod",
+    "CACHE_URL": "redis://:Rd?S3cret-abc@cache:6379/0",
+    "WEBHOOK_URL": "https://hooks.example/notify?channel=ops&Token=Wh00kT0ken-42x",
+    "EXPORT_URL": "https://s3.example/bucket/f.csv?X-Id=1&sig=Zk29Xq81Lm47",
+}
+
+
+def test_env_urls_with_hash_or_query_credentials_are_scrubbed():
+    secrets = known_secrets({}, ENV_URLS)
+    printed = "\n".join(
+        [repr(dict(ENV_URLS)), *(f"{k}={v}" for k, v in ENV_URLS.items()), json.dumps(ENV_URLS)]
+    )
+    clean, hits = scrub({"text": printed}, secrets)
+    assert hits
+    for leaked in (
+        "Pg#Passw0rd-xyz",
+        "Passw0rd",
+        "Rd?S3cret-abc",
+        "S3cret",
+        "Wh00kT0ken-42x",
+        "Zk29Xq81Lm47",
+    ):
+        assert leaked not in clean["text"], leaked
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "password=Pa55w0rd-xyz",
+        "token=Tk9xQ2mZpL",
+        "ACCESS_TOKEN=Tk9xQ2mZpL",
+        "api_key=Tk9xQ2mZpL",
+        "apikey=Tk9xQ2mZpL",
+        "Key=Tk9xQ2mZpL",
+        "secret=Tk9xQ2mZpL",
+        "auth=Tk9xQ2mZpL",
+    ],
+)
+def test_query_string_credentials_in_a_url_parameter_are_refused(query):
+    value = query.split("=", 1)[1]
+    for url in (f"http://prom:9090/api/v1?{query}", f"http://prom:9090/?step=30&{query}&x=1"):
+        with pytest.raises(SecretLeak) as err:
+            check_parameters({"prometheus_url": url})
+        message = str(err.value)
+        assert "prometheus_url" in message and "query string" in message
+        assert value not in message and value[:4] not in message
+        assert url_userinfo_error("alertmanager_url", url)
+        with pytest.raises(SecretLeak):
+            check_url("alertmanager_url", url)
+
+
+def test_harmless_query_strings_pass():
+    for url in ("http://prom:9090/api/v1/query?query=up&step=30", "http://prom:9090/graph?monkey=1&tokens=3"):
+        check_parameters({"prometheus_url": url})

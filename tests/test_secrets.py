@@ -19,6 +19,7 @@ from perfkit.secrets import (
     parameter_warnings,
     resolve_secret,
     scrub,
+    slug_like,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,8 +172,10 @@ def test_parameter_warnings_name_references_that_point_at_nothing(tmp_path):
         "prometheus_basic_auth_user: no prometheus_password_env; basic auth goes without a password",
     ]
     assert parameter_warnings({"prometheus_token_env": "PROM_TOKEN"}, environ={"PROM_TOKEN": "t"}) == []
-    odd = parameter_warnings({"prometheus_token_env": "abcdefghijklmnopqrstuvwxyzabcdef"}, environ={})
+    odd = parameter_warnings({"prometheus_token_env": "abcdefghijklmnop_qrstuvwxyzabcdef"}, environ={})
     assert odd and "abcdefghijklmnop" not in odd[0]  # maybe a token after all: not echoed
+    # without '_', a lower-case name is refused outright (a pasted token), so no warning names it
+    assert env_reference_error("prometheus_token_env", "abcdefghijklmnopqrstuvwxyzabcdef")
 
 
 # -- every secret of the environment is scrubbed, not only the referenced one (issue 7, row 6) ------
@@ -319,3 +322,224 @@ def test_a_cell_printing_os_environ_leaks_nothing(tmp_path, monkeypatch):
     for leaked in LEAKED[:4]:
         assert files_containing(out, leaked) == [], leaked
     assert "disabled" in result.notebook.read_text()
+
+
+# -- short tokens are not variable names -----------------------------------------------------------
+
+SHORT_TOKENS = [
+    "a1b2c3d4e5f6a7b8c9d0",  # 20 hex
+    "AKIAIOSFODNN7EXAMPLE",  # an AWS access key id: upper-case, but 20 characters
+    "Summer2024x",  # a password: mixed case
+    "kq3vz8wmx1rt7yhb2nd5lc0pfs9gj4ae",  # 32 lower-case characters and digits
+    "tok_a1b2c3d4e5f6a7b8c9d0",  # a random part after an underscore
+    "Xy_AbCdEfGhIjKlMnOpQr",  # a mixed-case part of 16+
+]
+
+
+@pytest.mark.parametrize("token", SHORT_TOKENS)
+def test_short_tokens_are_refused_as_env_references(token):
+    assert env_reference_error("prometheus_token_env", token) is not None
+    with pytest.raises(SecretLeak) as err:
+        check_parameters({"prometheus_password_env": token})
+    assert token not in str(err.value) and token[:4] not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["PROMTOKEN", "TOKEN2", "HF_TOKEN", "MY_PROM_TOKEN_FOR_STAGING_2", "a_b"])
+def test_plain_variable_names_still_pass(name):
+    assert env_reference_error("prometheus_token_env", name) is None
+
+
+# -- a *_file reference that is no path is not echoed ---------------------------------------------
+
+
+def test_a_file_reference_is_echoed_only_when_it_looks_like_a_path(tmp_path):
+    token = "a1b2c3d4e5f6a7b8c9d0"
+    warnings = parameter_warnings({"prometheus_token_file": token}, environ={})
+    assert warnings == [
+        "prometheus_token_file: the file reference does not exist (not shown: it may be the secret itself)"
+    ]
+    for path in (str(tmp_path / "missing"), "~/.secrets/prom-token-missing", "prom.token"):
+        assert parameter_warnings({"prometheus_token_file": path}, environ={}) == [
+            f"prometheus_token_file: {path} does not exist"
+        ]
+
+
+# -- PWD names hold passwords; PWD and OLDPWD are folders ------------------------------------------
+
+
+def test_pwd_names_are_secret_names_but_the_shells_folders_are_not():
+    environ = {
+        "MYAPP_PWD": "hunter2hunter2",
+        "DB_PWD": "Tr0ub4dor&3",
+        "PWD": "/no/such/folder/perfkit-cwd",
+        "OLDPWD": "/no/such/folder/perfkit-old",
+    }
+    secrets = known_secrets({}, environ)
+    assert "hunter2hunter2" in secrets and "Tr0ub4dor&3" in secrets
+    clean, _ = scrub({"t": repr(environ)}, secrets)
+    assert "hunter2" not in clean["t"] and "Tr0ub4dor" not in clean["t"]
+    assert "/no/such/folder/perfkit-cwd" in clean["t"] and "/no/such/folder/perfkit-old" in clean["t"]
+
+
+# -- truncated secrets: no prefix survives --------------------------------------------------------
+
+LONG_KEY = "sk-proj-Zx81kQ0pLm3nR7tY2uW9vB4cD6eF1gH5jK8mN0pQ"  # 48 characters
+
+
+def test_a_truncated_secret_leaks_no_prefix():
+    key = LONG_KEY + "AbCd"  # 52, as pandas shows it: 47 characters and '...'
+    secrets = known_secrets({}, {"OPENAI_KEY": key})
+    table = (
+        "                        0                                                  1\n"
+        f"0              OPENAI_KEY  {key[:47]}...\n"
+        f"1                   OTHER  {key[:30]}\u2026 and {key[:20]}|\n"
+        "2                    HOME  /home/perfkit\n"
+    )
+    clean, hits = scrub({"text/plain": [table]}, secrets)
+    text = clean["text/plain"][0]
+    assert hits == 3
+    assert key[:12] not in text and "..." not in text and "\u2026" not in text
+    assert "OPENAI_KEY  [redacted]\n" in text and "OTHER  [redacted] and [redacted]|" in text
+    assert "/home/perfkit" in text
+    # shorter than 12 characters: left (too likely to be ordinary text); short secrets: whole only
+    assert scrub({"t": key[:11]}, secrets) == ({"t": key[:11]}, 0)
+    assert scrub({"t": "abcdefghijkl"}, ["abcdefghijklmno"]) == ({"t": "abcdefghijkl"}, 0)
+
+
+def test_a_truncated_url_secret_is_matched_after_its_scheme():
+    environ = {"SENTRY_DSN": "https://4f9e1c0b7d2a4e6f1a2b@o123.ingest.sentry.io/42"}
+    clean, _ = scrub({"t": "SENTRY_DSN  https://4f9e1c0b7d2a4e6f1a..."}, known_secrets({}, environ))
+    assert "4f9e1c0b" not in clean["t"]
+    clean, hits = scrub({"t": "see https://docs.sentry.io/platforms"}, known_secrets({}, environ))
+    assert hits == 0
+
+
+def test_scrub_stays_fast_on_a_large_notebook():
+    import time
+
+    secrets = known_secrets({}, {**ENVIRON, "OPENAI_KEY": LONG_KEY})
+    cells = [
+        {"outputs": [{"text": [f"line {i} of plain output, nothing secret here\n" * 20]}]}
+        for i in range(5000)
+    ]
+    cells.append({"outputs": [{"text": [f"OPENAI_KEY  {LONG_KEY[:20]}..."]}]})  # every string is walked
+    t0 = time.perf_counter()
+    clean, hits = scrub({"cells": cells}, secrets)  # about 5 MB
+    assert hits == 1 and time.perf_counter() - t0 < 5
+
+
+# -- slug-like values found only by their variable's name are scrubbed only in context -------------
+
+SLUG_ENV = {
+    "VLLM_TOKENIZER": "llama-3.1-70b-instruct",
+    "PROFILE_KEY": "inference_latency",
+    "HF_TOKEN_MODEL": "meta-llama/Llama-3.1-8B",
+    "SMTP_PASS": "correct-horse-battery-staple",  # a password name: scrubbed everywhere
+    "PRIVATE_KEY_ID": "a94a8fe5-ccb1-9ba6-1c4c-0873d391e987",  # a UUID: not a slug, scrubbed everywhere
+}
+
+
+def test_slug_like():
+    for slug in ("llama-3.1-70b-instruct", "inference_latency", "meta-llama/Llama-3.1-8B", "gpt-4o:latest"):
+        assert slug_like(slug), slug
+    for not_slug in (
+        "a94a8fe5-ccb1-9ba6-1c4c-0873d391e987",
+        "Zq7pL0-xWm3Rt9",
+        "abc12-def34",
+        "single",
+        "sk-proj-abcdef",
+        "http://prom:9090",
+        "two words",
+    ):
+        assert not slug_like(not_slug), not_slug
+
+
+def test_slug_values_are_scrubbed_only_after_their_variable_name():
+    secrets = known_secrets({}, SLUG_ENV)
+    assert sorted(secrets.contextual) == [
+        ("HF_TOKEN_MODEL", "meta-llama/Llama-3.1-8B"),
+        ("PROFILE_KEY", "inference_latency"),
+        ("VLLM_TOKENIZER", "llama-3.1-70b-instruct"),
+    ]
+    assert "correct-horse-battery-staple" in secrets and SLUG_ENV["PRIVATE_KEY_ID"] in secrets
+    printed = [
+        f"environ({SLUG_ENV!r})",
+        json.dumps(SLUG_ENV),
+        *(f"{k}={v}" for k, v in SLUG_ENV.items()),
+        *(f"{i:>3}  {k:<20} {v}" for i, (k, v) in enumerate(SLUG_ENV.items())),
+        *(f"| {k} | {v} |" for k, v in SLUG_ENV.items()),
+        "".join(f"<tr>\n  <td>{k}</td>\n  <td>{v}</td>\n</tr>" for k, v in SLUG_ENV.items()),
+        *(f"export {k}='{v}'" for k, v in SLUG_ENV.items()),
+        *(f"?{k}={quote(v, safe='')}" for k, v in SLUG_ENV.items()),
+    ]
+    kept = [
+        "model: llama-3.1-70b-instruct, p95 TTFT 3.4 s",
+        "runbook inference_latency v1.2.0",
+        "served meta-llama/Llama-3.1-8B on 8 GPUs",
+        "VLLM_TOKENIZER is set\nllama-3.1-70b-instruct is the model",  # not on the name's line
+    ]
+    clean, hits = scrub({"printed": printed, "kept": kept}, secrets)
+    out = "\n".join(clean["printed"])
+    for value in SLUG_ENV.values():
+        assert value not in out and quote(value, safe="") not in out, value
+    assert "VLLM_TOKENIZER=[redacted]" in out and "'PROFILE_KEY': '[redacted]'" in out
+    assert '"HF_TOKEN_MODEL": "[redacted]"' in out and "<td>VLLM_TOKENIZER</td>\n  <td>[redacted]</td>" in out
+    assert clean["kept"] == kept
+
+
+def test_a_slug_named_by_a_reference_is_scrubbed_everywhere():
+    secrets = known_secrets({"prometheus_token_env": "VLLM_TOKENIZER"}, SLUG_ENV)
+    assert "llama-3.1-70b-instruct" in secrets
+    assert ("VLLM_TOKENIZER", "llama-3.1-70b-instruct") not in secrets.contextual
+    clean, _ = scrub({"t": "model llama-3.1-70b-instruct"}, secrets)
+    assert clean == {"t": "model [redacted]"}
+
+
+def test_scrub_takes_contextual_pairs_explicitly_and_plain_lists():
+    clean, hits = scrub(
+        ["PROFILE_KEY=inference_latency", "inference_latency"],
+        ["zzzzzzzzzz"],
+        contextual=[("PROFILE_KEY", "inference_latency")],
+    )
+    assert clean == ["PROFILE_KEY=[redacted]", "inference_latency"] and hits == 1
+
+
+# -- perfkit postmortem scrubs the environment too -------------------------------------------------
+
+API_KEY = "Zq7pL0xWm3Rt9Vb2Nc8Kd5Hf1"
+
+
+def test_render_postmortem_scrubs_the_environment(tmp_path, monkeypatch):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from perfkit.findings import MIME, Finding
+    from perfkit.report import render_postmortem
+
+    monkeypatch.setenv("MY_API_KEY", API_KEY)
+    monkeypatch.setenv("VLLM_TOKENIZER", "llama-3.1-70b-instruct")
+    finding = Finding(
+        "scope",
+        "Scope",
+        f"env printed: MY_API_KEY={API_KEY} VLLM_TOKENIZER=llama-3.1-70b-instruct; "
+        f"model llama-3.1-70b-instruct; cut {API_KEY[:15]}...",
+        data={"title": "Scope title", "incident": "INC-42", "service": "chat-api"},
+    )
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cell = new_code_cell("perfkit.findings.record(finding)")
+    cell.outputs = [new_output("display_data", data={MIME: finding.to_json(), "text/plain": ""})]
+    broken = new_code_cell("raise RuntimeError()")
+    broken.outputs = [
+        new_output("error", ename="HTTPError", evalue=f"403 for key {API_KEY}", traceback=["HTTPError"])
+    ]
+    nb.cells = [cell, broken]
+    path = tmp_path / "nb" / "inference_latency.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nb, path)
+    paths = render_postmortem(path, tmp_path / "out")
+    for name in ("markdown", "html", "findings"):
+        text = paths[name].read_text(encoding="utf-8")
+        assert "MY_API_KEY" in text, name  # the summary is there ...
+        assert API_KEY[:12] not in text, name  # ... without the key, whole or cut
+        assert "VLLM_TOKENIZER=[redacted]" in text and "model llama-3.1-70b-instruct" in text, name

@@ -28,6 +28,8 @@ from perfkit.errors import ConfigError
 from perfkit.findings import SECTION_KEYS, Finding, jsonable
 from perfkit.frames import utc
 from perfkit.report.notebook import REDACTED, ExecutedNotebook, read_executed_notebook, redact_text
+from perfkit.secrets import known_secrets
+from perfkit.secrets import scrub as scrub_known
 
 #: Findings shown in their own section; every other finding goes to the appendix.
 SECTION_FINDINGS = ("changes", "stages", "gpu", "cost", "postmortem")
@@ -59,7 +61,7 @@ def render_postmortem(
     doc = build_document(nb, now=now)
     paths: dict[str, Path] = {}
     paths.update(_write_figures(doc, out / "figures"))
-    secrets = nb.secret_values()
+    secrets = known_secrets(nb.parameters)  # the parameters' secrets and the environment's
 
     md = _env("md").get_template("postmortem.md.j2").render(doc=doc)
     paths["markdown"] = _write(out / "postmortem.md", scrub(md, secrets, markdown=True))
@@ -653,7 +655,11 @@ def scrub(text: str, secrets: Iterable[str], *, json_escaped: bool = False, mark
     """``text`` with every known secret value (8+ characters) replaced by ``[redacted]``,
     also in its HTML-escaped (and, with ``json_escaped``, JSON-escaped) spelling; with
     ``markdown``, also as :func:`md_escape` may have spelled it (backslashes before punctuation,
-    entities for ``< > &``, whitespace collapsed or broken into ``<br>``)."""
+    entities for ``< > &``, whitespace collapsed or broken into ``<br>``). Then what
+    :func:`perfkit.secrets.scrub` adds: truncated prefixes of long secrets, and the contextual
+    ``(name, value)`` pairs of a :class:`~perfkit.secrets.SecretSet` (``secrets.contextual``)."""
+    contextual = list(getattr(secrets, "contextual", None) or [])
+    secrets = list(secrets)
     for secret in secrets:
         if len(secret) < 8:
             continue
@@ -664,7 +670,8 @@ def scrub(text: str, secrets: Iterable[str], *, json_escaped: bool = False, mark
             text = text.replace(spelling, REDACTED)
         if markdown:
             text = _md_spellings(secret).sub(lambda _: REDACTED, text)
-    return text
+    long = [s for s in secrets if len(s) >= 8]
+    return scrub_known(text, long, contextual=contextual)[0] if long or contextual else text
 
 
 def _md_spellings(secret: str) -> re.Pattern[str]:
