@@ -20,6 +20,12 @@ alerts active at query time; the history of resolved alerts lives in Prometheus'
 series. The resolved rows are for answers that do carry ended alerts (recorded answers, proxies).
 
 Label values and annotations are untrusted text: they are kept verbatim (the report escapes them).
+The answer's shape is checked before it is used (:func:`check_alerts`): a list of mappings whose
+``labels`` and ``annotations`` map names to strings (label values at most 16 KiB, annotations 64
+KiB), ``startsAt``/``endsAt`` strings and ``status`` a mapping; anything else is
+``SourceError("<url>: HTTP 200: answer[3].labels is not a mapping of label names to strings
+(...)")``, never a TypeError.
+
 HTTP behaves as in :mod:`perfkit.sources.prometheus`: the session is injected, 5xx answers,
 timeouts and refused connections are retried with exponential backoff, and every failure is a
 :class:`~perfkit.errors.SourceError` naming the URL and status, never a credential.
@@ -41,8 +47,10 @@ import requests
 
 from perfkit.errors import SourceError
 from perfkit.frames import EVENTS_SCHEMA, Window, utc
-from perfkit.sources.http import Auth, HttpSource, safe_url
+from perfkit.sources.http import MISSING, Auth, BadShape, HttpSource, check_text_map, kind_of
 
+MAX_ANNOTATION_BYTES = 64 * 2**10
+"""Longest annotation value accepted (a summary or description; real ones are well under 1 KiB)."""
 _FRACTION = re.compile(r"(\.\d{6})\d+")  # Go writes up to 9 fractional digits; datetime takes 6
 
 
@@ -84,8 +92,14 @@ class AlertmanagerClient(HttpSource):
 
     # -- HTTP ------------------------------------------------------------------------------------
 
-    def get(self, path: str, params: Sequence[tuple[str, str]] = ()) -> Any:
-        """GET ``path`` and return the decoded JSON; retries 429/5xx/timeouts; raises SourceError."""
+    def get(
+        self, path: str, params: Sequence[tuple[str, str]] = (), check: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """GET ``path`` and return the decoded JSON; retries 429/5xx/timeouts; raises SourceError.
+
+        With ``check``, return ``check(body)`` instead; a :class:`~perfkit.sources.http.BadShape`
+        it raises is a SourceError naming the URL, the status and the part of the answer.
+        """
         shown, resp = self.fetch(path, list(params))
         status = resp.status_code
         if status >= 400:
@@ -93,13 +107,19 @@ class AlertmanagerClient(HttpSource):
                 f"{shown}: HTTP {status}: {self._snippet(resp.text)!r}", url=shown, status=status
             )
         try:
-            return self.read_json(shown, resp)
+            body = self.read_json(shown, resp)
         except ValueError:
             raise SourceError(
                 f"{shown}: HTTP {status}: answer is not JSON ({self._snippet(resp.text)!r})",
                 url=shown,
                 status=status,
             ) from None
+        if check is None:
+            return body
+        try:
+            return check(body)
+        except BadShape as bad:
+            raise self.shape_error(shown, resp, bad, "") from None
 
     def _snippet(self, text: str) -> str:
         """The start of an answer body, safe to show."""
@@ -128,11 +148,7 @@ class AlertmanagerClient(HttpSource):
             ("unprocessed", _flag(unprocessed)),
             *(("filter", f) for f in filters),
         ]
-        body = self.get("/api/v2/alerts", params)
-        if not isinstance(body, list) or not all(isinstance(a, dict) for a in body):
-            shown = safe_url(f"{self.url}/api/v2/alerts")
-            raise SourceError(f"{shown}: unexpected answer (want a JSON list of alerts)", url=shown)
-        return body
+        return self.get("/api/v2/alerts", params, check_alerts)
 
     def timeline_events(self, window: Window, service: str | None = None) -> pl.DataFrame:
         """Alert rows (EVENTS_SCHEMA, kind ``alert``) for the alerts that fired during ``window``.
@@ -141,6 +157,43 @@ class AlertmanagerClient(HttpSource):
         ``service`` keeps only alerts whose ``service`` (else ``job``) label equals it.
         """
         return alerts_to_events(self.alerts(), window, service=service, now=self.clock())
+
+
+def check_alerts(body: Any) -> list[dict[str, Any]]:
+    """``body`` of a ``/api/v2/alerts`` answer if it has the shape perfkit reads (see the module
+    docstring; other fields are not read, so not checked); :class:`~perfkit.sources.http.BadShape`
+    naming the part (``answer[3].labels``) otherwise."""
+    if type(body) is not list:
+        raise BadShape("answer", f"is {kind_of(body)} (want a JSON list of alerts)")
+    for i, alert in enumerate(body):
+        where = f"answer[{i}]"
+        if type(alert) is not dict:
+            raise BadShape(where, f"is {kind_of(alert)} (want an alert, a mapping)")
+        labels = alert.get("labels", MISSING)
+        if labels is not MISSING:
+            check_text_map(labels, f"{where}.labels")
+        annotations = alert.get("annotations", MISSING)
+        if annotations is not MISSING:
+            check_text_map(
+                annotations,
+                f"{where}.annotations",
+                "a mapping of names to strings",
+                max_bytes=MAX_ANNOTATION_BYTES,
+            )
+        for key in ("startsAt", "endsAt"):
+            value = alert.get(key, MISSING)
+            if value is not MISSING and type(value) is not str:
+                raise BadShape(
+                    f"{where}.{key}", f"is not a time (an RFC 3339 string; it is {kind_of(value)})"
+                )
+        status = alert.get("status", MISSING)
+        if status is not MISSING:
+            if type(status) is not dict:
+                raise BadShape(f"{where}.status", f"is not a mapping (it is {kind_of(status)})")
+            state = status.get("state", MISSING)
+            if state is not MISSING and type(state) is not str:
+                raise BadShape(f"{where}.status.state", f"is not a string (it is {kind_of(state)})")
+    return body
 
 
 def alerts_to_events(

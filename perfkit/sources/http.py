@@ -12,6 +12,12 @@ backoff, and error messages that name the URL and status but never a credential.
   than :data:`MAX_JSON_DEPTH` levels (a ``[[[[...]]]]`` answer is a SourceError, not a
   RecursionError traceback, and no deep structure reaches the code that walks it);
 * 401/403 raise at once ("not authorised"), other answers go back to the API client to decode;
+* the API clients check the *shape* of every answer they decode, in one pass, before anything
+  walks it (:class:`BadShape`, :func:`check_text_map`, :meth:`HttpSource.shape_error`): a valid
+  JSON answer of the wrong shape (a list where a mapping belongs, a label value that is a number
+  or over :data:`MAX_LABEL_VALUE_BYTES`) is a SourceError naming the URL, the status and the part
+  of the answer (``"<url>: HTTP 200: answer's data.result[3].metric is not a mapping of label
+  names to strings (...)"``), never a TypeError traceback;
 * URLs are shown without ``user:password``; answer text is shown only after the session's own
   token and password, and anything credential-like, are replaced by ``[redacted]``.
 
@@ -42,6 +48,8 @@ MAX_JSON_DEPTH = 64
 """Deepest JSON accepted: Prometheus, Loki and Alertmanager answers nest 3 to 7 levels."""
 TOTAL_TIMEOUT_FACTOR = 4
 """``total_timeout_s`` defaults to this many times ``timeout_s``."""
+MAX_LABEL_VALUE_BYTES = 16 * 2**10
+"""Longest label value (and label name) accepted in an answer, as in OpenMetrics files (16 KiB)."""
 _PIECE = 2**16
 
 _QUOTED = re.compile(rb'"[^"]*"')
@@ -97,6 +105,69 @@ def parse_json(
         where = f"{url}: HTTP {status}" if status is not None else url
         raise SourceError(f"{where}: answer nested deeper than {max_depth} levels", url=url, status=status)
     return data
+
+
+class BadShape(Exception):
+    """A part of a decoded answer is not what the API documents: ``where`` (``data.result[3].metric``)
+    and ``what`` (``is not a mapping of label names to strings (it is a list)``). The API client
+    turns it into a SourceError with the URL and status (:meth:`HttpSource.shape_error`)."""
+
+    def __init__(self, where: str, what: str) -> None:
+        self.where = where
+        self.what = what
+        super().__init__(f"{where} {what}")
+
+
+MISSING: Any = object()
+"""What ``mapping.get(key, MISSING)`` gives for a key that is absent (:func:`kind_of` says so)."""
+
+
+def kind_of(value: Any) -> str:
+    """What a decoded JSON value is, in words: ``a list``, ``null``, ``the string 'x'`` ..."""
+    if value is MISSING:
+        return "missing"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"[:60]
+    if isinstance(value, str):
+        return f"the string {short(value)}"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def short(text: str, limit: int = 40) -> str:
+    """``repr(text)``, cut to about ``limit`` characters (names and values from answers)."""
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def check_text_map(
+    value: Any,
+    where: str,
+    what: str = "a mapping of label names to strings",
+    *,
+    max_bytes: int = MAX_LABEL_VALUE_BYTES,
+) -> dict[str, str]:
+    """``value`` itself if it is a mapping of strings to strings, none over ``max_bytes`` in
+    UTF-8; :class:`BadShape` at ``where`` otherwise."""
+    if type(value) is not dict:
+        raise BadShape(where, f"is not {what} (it is {kind_of(value)})")
+    cheap = max_bytes // 4  # at most 4 UTF-8 bytes a character: shorter strings need no encoding
+    for key, text in value.items():
+        if type(text) is not str:
+            raise BadShape(where, f"is not {what} ({short(key)} is {kind_of(text)})")
+        for part, kind in ((key, "name"), (text, "value")):
+            if len(part) > cheap and (size := len(part.encode("utf-8", "surrogatepass"))) > max_bytes:
+                raise BadShape(
+                    where,
+                    f"has a {kind} of {size_text(size)} (label {short(key)}), over the {size_text(max_bytes)} limit",
+                )
+    return value
 
 
 class _Deadline(Exception):
@@ -299,6 +370,13 @@ class HttpSource:
             raise
         resp._content = b"".join(pieces)
         resp._content_consumed = True
+
+    def shape_error(self, shown: str, resp: Any, bad: BadShape, what: str = "answer's") -> SourceError:
+        """The SourceError for an answer from ``shown`` whose part ``bad.where`` is misshapen:
+        ``"<url>: HTTP 200: answer's data.result[3].metric is not ..."``."""
+        status = getattr(resp, "status_code", None)
+        where = f"{shown}: HTTP {status}" if status is not None else shown
+        return SourceError(f"{where}: {what} {bad}" if what else f"{where}: {bad}", url=shown, status=status)
 
     def read_json(self, shown: str, resp: Any) -> Any:
         """The JSON of an answer :meth:`fetch` returned, refusing one nested deeper than

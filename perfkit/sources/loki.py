@@ -19,6 +19,12 @@ them) and the entries seen already are dropped.
 A line with a timestamp of its own keeps it; a line without one gets Loki's timestamp (not the
 previous line's, which is what a file gives it).
 
+Every page's shape is checked before it is used (:func:`_page_entries`): each stream a mapping
+whose ``stream`` maps label names to strings (16 KiB at most) and whose ``values`` are
+``["<ns>", "<line>"]`` (or ``[..., {metadata}]``), the time a string of digits within years 1 to
+9999. Anything else is ``SourceError("<url>: HTTP 200: malformed streams answer:
+data.result[0].values[3][0] is not ...")``, never a TypeError.
+
 HTTP behaves as in :mod:`perfkit.sources.prometheus`: injected session, 429/5xx answers,
 timeouts and refused connections retried with exponential backoff, every failure a
 :class:`~perfkit.errors.SourceError` naming the URL and status, never a credential. ``tenant``
@@ -41,7 +47,7 @@ import requests
 
 from perfkit.errors import SourceError
 from perfkit.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, Window
-from perfkit.sources.http import Auth, HttpSource, safe_url
+from perfkit.sources.http import MISSING, Auth, BadShape, HttpSource, check_text_map, kind_of, safe_url, short
 from perfkit.sources.logs import LogResult, parse_lines
 
 DIRECTIONS = ("forward", "backward")
@@ -62,6 +68,8 @@ SUMMARY_LABELS = (
 )
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_NS = 253_402_300_799_999_999_999
+"""Latest entry time accepted in an answer (ns since 1970: the end of year 9999)."""
 # parse_lines gives a line without a timestamp of its own the previous line's. Feeding this line
 # before every real line makes that "previous timestamp" a value no real line has (year 1), so
 # those lines can be found and given Loki's timestamp instead.
@@ -115,11 +123,22 @@ class LokiClient(HttpSource):
 
     auth_hint = "check the token reference and tenant"
 
-    def get(self, path: str, params: dict[str, str]) -> Any:
-        """GET ``path`` and return the answer's ``data``; retries 429/5xx/timeouts; raises SourceError."""
+    def get(self, path: str, params: dict[str, str], check: Callable[[Any], Any] | None = None) -> Any:
+        """GET ``path`` and return the answer's ``data``; retries 429/5xx/timeouts; raises SourceError.
+
+        With ``check``, return ``check(data)`` instead; a :class:`~perfkit.sources.http.BadShape`
+        it raises is a SourceError naming the URL, the status and the part of the answer.
+        """
         headers = {"X-Scope-OrgID": self.tenant} if self.tenant else {}
         shown, resp = self.fetch(path, params, headers)
-        return self._data(shown, resp)
+        data = self._data(shown, resp)
+        if check is None:
+            return data
+        try:
+            return check(data)
+        except BadShape as bad:
+            what = "answer's" if bad.where == "data.resultType" else "malformed streams answer:"
+            raise self.shape_error(shown, resp, bad, what) from None
 
     def _data(self, shown: str, resp: requests.Response) -> Any:
         status = resp.status_code
@@ -198,7 +217,7 @@ class LokiClient(HttpSource):
         seen: set[Entry] = set()
         out: list[Entry] = []
         while True:
-            data = self.get(
+            page: list[Entry] = self.get(
                 "/loki/api/v1/query_range",
                 {
                     "query": logql,
@@ -207,8 +226,8 @@ class LokiClient(HttpSource):
                     "limit": str(self.limit),
                     "direction": direction,
                 },
+                _page_entries,
             )
-            page = _page_entries(data, safe_url(f"{self.url}/loki/api/v1/query_range"))
             page.sort(key=lambda e: e[0], reverse=not forward)
             fresh = [e for e in page if e not in seen]
             seen.update(fresh)
@@ -228,25 +247,54 @@ class LokiClient(HttpSource):
         return out
 
 
-def _page_entries(data: dict[str, Any], shown: str) -> list[Entry]:
-    """The (ns, labels, line) entries of one ``streams`` answer; SourceError for anything else."""
-    kind = data.get("resultType")
+def _page_entries(data: dict[str, Any]) -> list[Entry]:
+    """The (ns, labels, line) entries of one ``streams`` answer's ``data``, its shape checked in
+    the same pass; :class:`~perfkit.sources.http.BadShape` naming the part that is wrong."""
+    kind = data.get("resultType", MISSING)
     if kind != "streams":
-        raise SourceError(
-            f"{shown}: result type {kind!r}, not 'streams' (is this a metric query?)", url=shown
-        )
-    result = data.get("result")
-    if not isinstance(result, list):
-        raise SourceError(f"{shown}: answer has no result list", url=shown)
+        said = short(kind) if type(kind) is str else kind_of(kind)
+        raise BadShape("data.resultType", f"is {said}, not 'streams' (is this a metric query?)")
+    result = data.get("result", MISSING)
+    if type(result) is not list:
+        raise BadShape("data.result", f"is not a list of streams (it is {kind_of(result)})")
     entries: list[Entry] = []
-    try:
-        for stream in result:
-            labels = tuple(sorted((str(k), str(v)) for k, v in (stream.get("stream") or {}).items()))
-            for value in stream.get("values") or []:
-                # [ns, line] or, with structured metadata, [ns, line, {...}]
-                entries.append((int(value[0]), labels, str(value[1])))
-    except (AttributeError, TypeError, ValueError, IndexError, KeyError):
-        raise SourceError(f"{shown}: malformed streams answer", url=shown) from None
+    for i, stream in enumerate(result):
+        where = f"data.result[{i}]"
+        if type(stream) is not dict:
+            raise BadShape(
+                where, f"is not a stream (a mapping with stream and values; it is {kind_of(stream)})"
+            )
+        labels_map = stream.get("stream", MISSING)
+        labels_map = {} if labels_map is MISSING else check_text_map(labels_map, f"{where}.stream")
+        labels = tuple(sorted(labels_map.items()))
+        values = stream.get("values", MISSING)
+        if values is MISSING:
+            continue
+        if type(values) is not list:
+            raise BadShape(
+                f"{where}.values", f"is not a list of [time, line] pairs (it is {kind_of(values)})"
+            )
+        for j, value in enumerate(values):
+            # [ns, line] or, with structured metadata, [ns, line, {...}]
+            if type(value) is not list or not 2 <= len(value) <= 3:
+                raise BadShape(f"{where}.values[{j}]", f"is not a [time, line] pair (it is {kind_of(value)})")
+            ns, line = value[0], value[1]
+            if not (
+                type(ns) is str and 0 < len(ns) <= 21 and ns.isascii() and ns.isdigit() and int(ns) <= MAX_NS
+            ):
+                raise BadShape(
+                    f"{where}.values[{j}][0]",
+                    f"is not a time (ns since 1970 as a string of digits, years 1970 to 9999; it is {kind_of(ns)})",
+                )
+            if type(line) is not str:
+                raise BadShape(
+                    f"{where}.values[{j}][1]", f"is not a log line (a string; it is {kind_of(line)})"
+                )
+            if len(value) == 3 and type(value[2]) is not dict:
+                raise BadShape(
+                    f"{where}.values[{j}][2]", f"is not a mapping of metadata (it is {kind_of(value[2])})"
+                )
+            entries.append((int(ns), labels, line))
     return entries
 
 

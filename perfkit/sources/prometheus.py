@@ -11,7 +11,13 @@ compute what the server can compute); :class:`PrometheusClient` is the HTTP laye
   raise :class:`~perfkit.errors.SourceError` naming the URL (never a token) and the status
   (:mod:`perfkit.sources.http`, shared by every live source); ``timeout_s`` bounds each request
   and ``total_timeout_s`` (default 4 × ``timeout_s``) all attempts of one call, backoff included;
-* answers are bounded (256 MiB, 64 levels of JSON nesting: a SourceError beyond);
+* answers are bounded (256 MiB, 64 levels of JSON nesting: a SourceError beyond), and their shape
+  is checked in one pass before anything walks them (:func:`check_result`,
+  :func:`check_label_values`): ``resultType`` one the caller can use, each series a mapping whose
+  ``metric`` maps label names to strings (16 KiB at most), samples ``[timestamp, "value"]`` pairs
+  with a number of seconds and a string ``float()`` reads (``"NaN"``, ``"+Inf"``). Anything else is
+  ``SourceError("<url>: HTTP 200: answer's data.result[3].metric is not a mapping of label names
+  to strings (...)")``, never a TypeError;
 * auth comes from references: a bearer token in an env var or file, or basic auth with the
   password in an env var; TLS verification is on unless turned off, with an optional CA file.
 
@@ -34,9 +40,23 @@ from perfkit.errors import SourceError
 from perfkit.frames import TS_DTYPE, to_ms, utc
 from perfkit.query.ops import Expr, validate
 from perfkit.query.promql import to_promql
-from perfkit.sources.http import Auth, HttpSource
+from perfkit.safeio import size_text
+from perfkit.sources.http import (
+    MAX_LABEL_VALUE_BYTES,
+    MISSING,
+    Auth,
+    BadShape,
+    HttpSource,
+    check_text_map,
+    kind_of,
+    short,
+)
 
 MAX_POINTS = 11_000
+RESULT_TYPES = ("matrix", "vector", "scalar", "string")
+"""The ``resultType`` values of ``/api/v1/query``; ``/api/v1/query_range`` answers only ``matrix``."""
+MIN_TS_S, MAX_TS_S = -62_135_596_800, 253_402_300_799
+"""Timestamps accepted in answers (seconds): years 1 to 9999."""
 
 
 class PrometheusClient(HttpSource):
@@ -75,10 +95,20 @@ class PrometheusClient(HttpSource):
 
     # -- HTTP ------------------------------------------------------------------------------------
 
-    def get(self, path: str, params: dict[str, Any]) -> Any:
-        """GET ``path`` and return the API's ``data``; retries 429/5xx/timeouts; raises SourceError."""
+    def get(self, path: str, params: dict[str, Any], check: Callable[[Any], Any] | None = None) -> Any:
+        """GET ``path`` and return the API's ``data``; retries 429/5xx/timeouts; raises SourceError.
+
+        ``check(data)`` raises :class:`~perfkit.sources.http.BadShape` for data of the wrong shape
+        (a SourceError naming the URL, the status and the part of the answer).
+        """
         shown, resp = self.fetch(path, params)
-        return self._data(shown, resp)
+        data = self._data(shown, resp)
+        if check is not None:
+            try:
+                check(data)
+            except BadShape as bad:
+                raise self.shape_error(shown, resp, bad) from None
+        return data
 
     def _data(self, url: str, resp: requests.Response) -> Any:
         try:
@@ -99,13 +129,21 @@ class PrometheusClient(HttpSource):
                 status=resp.status_code,
             )
         if "data" not in body:
-            raise SourceError(f"{url}: answer has no data", url=url, status=resp.status_code)
+            raise SourceError(
+                f"{url}: HTTP {resp.status_code}: answer has no data", url=url, status=resp.status_code
+            )
         return body["data"]
 
     # -- API -------------------------------------------------------------------------------------
 
-    def query(self, promql: str, at: datetime) -> dict[str, Any]:
-        return self.get("/api/v1/query", {"query": promql, "time": f"{utc(at).timestamp():.3f}"})
+    def query(self, promql: str, at: datetime, *, want: tuple[str, ...] = RESULT_TYPES) -> dict[str, Any]:
+        """Instant query: the answer's ``data``, its shape checked (:func:`check_result`); a
+        ``resultType`` not in ``want`` is a SourceError."""
+        return self.get(
+            "/api/v1/query",
+            {"query": promql, "time": f"{utc(at).timestamp():.3f}"},
+            lambda data: check_result(data, want),
+        )
 
     def query_range(self, promql: str, start: datetime, end: datetime, step_s: float) -> list[dict[str, Any]]:
         """Range query split into pieces of at most ``max_points`` steps, fetched in parallel; merged."""
@@ -127,8 +165,9 @@ class PrometheusClient(HttpSource):
                     "end": f"{piece[1]:.3f}",
                     "step": f"{step_s:g}",
                 },
+                lambda data: check_result(data, ("matrix",)),
             )
-            return list(data.get("result", []))
+            return list(data["result"])
 
         if len(pieces) == 1:
             parts = [fetch(pieces[0])]
@@ -138,7 +177,7 @@ class PrometheusClient(HttpSource):
         merged: dict[tuple, dict[str, Any]] = {}
         for part in parts:
             for series in part:
-                key = tuple(sorted(series.get("metric", {}).items()))
+                key = tuple(sorted(series.get("metric", {}).items()))  # checked: str -> str
                 if key in merged:
                     merged[key]["values"].extend(series.get("values", []))
                 else:
@@ -155,7 +194,109 @@ class PrometheusClient(HttpSource):
         }
         if match:
             params["match[]"] = match
-        return list(self.get(f"/api/v1/label/{label}/values", params))
+        return list(self.get(f"/api/v1/label/{label}/values", params, check_label_values))
+
+
+def check_label_values(data: Any) -> list[str]:
+    """``data`` of a ``/api/v1/label/<name>/values`` answer if it is a list of strings (each at
+    most 16 KiB); :class:`~perfkit.sources.http.BadShape` otherwise."""
+    if type(data) is not list:
+        raise BadShape("data", f"is not a list of label values (it is {kind_of(data)})")
+    for i, value in enumerate(data):
+        if type(value) is not str:
+            raise BadShape(f"data[{i}]", f"is not a label value (a string; it is {kind_of(value)})")
+        if len(value) > MAX_LABEL_VALUE_BYTES // 4:
+            size = len(value.encode("utf-8", "surrogatepass"))
+            if size > MAX_LABEL_VALUE_BYTES:
+                raise BadShape(
+                    f"data[{i}]",
+                    f"is a label value of {size_text(size)}, over the {size_text(MAX_LABEL_VALUE_BYTES)} limit",
+                )
+    return data
+
+
+def check_result(data: Any, want: tuple[str, ...] = RESULT_TYPES) -> dict[str, Any]:
+    """``data`` of a ``/api/v1/query`` or ``/api/v1/query_range`` answer if it has the documented
+    shape and a ``resultType`` in ``want``; :class:`~perfkit.sources.http.BadShape` (naming the
+    part, ``data.result[3].values[17][1]``) otherwise. One pass over every sample."""
+    if type(data) is not dict:
+        raise BadShape("data", f"is not a mapping with resultType and result (it is {kind_of(data)})")
+    kind = data.get("resultType", MISSING)
+    if type(kind) is not str or kind not in want:
+        said = short(kind) if type(kind) is str else kind_of(kind)
+        raise BadShape("data.resultType", f"is {said}, not {' or '.join(map(repr, want))}")
+    result = data.get("result", MISSING)
+    if kind in ("scalar", "string"):
+        _check_point(result, "data.result", text=kind == "string")
+        return data
+    if type(result) is not list:
+        raise BadShape("data.result", f"is not a list of series (it is {kind_of(result)})")
+    for i, series in enumerate(result):
+        if type(series) is not dict:
+            raise BadShape(
+                f"data.result[{i}]",
+                f"is not a series (a mapping with metric and values; it is {kind_of(series)})",
+            )
+        metric = series.get("metric", MISSING)
+        if metric is not MISSING:
+            check_text_map(metric, f"data.result[{i}].metric")
+        value = series.get("value", MISSING)
+        if value is not MISSING:
+            _check_point(value, f"data.result[{i}].value")
+        values = series.get("values", MISSING)
+        if values is MISSING:
+            continue
+        if type(values) is not list:
+            raise BadShape(
+                f"data.result[{i}].values",
+                f"is not a list of [timestamp, value] pairs (it is {kind_of(values)})",
+            )
+        if not _points_ok(values):
+            for j, point in enumerate(values):  # find the bad one (raises)
+                _check_point(point, f"data.result[{i}].values[{j}]")
+    return data
+
+
+def _points_ok(values: list[Any]) -> bool:
+    """Whether every item of ``values`` is a ``[timestamp, "value"]`` pair: the hot loop (tens of
+    MB of samples), so it only says yes or no; :func:`_check_point` says what is wrong."""
+    try:
+        for point in values:
+            if type(point) is not list or len(point) != 2:
+                return False
+            t, v = point
+            if (
+                (type(t) is not float and type(t) is not int)
+                or not MIN_TS_S <= t <= MAX_TS_S
+                or type(v) is not str
+            ):
+                return False
+            float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_point(point: Any, where: str, *, text: bool = False) -> None:
+    """A ``[timestamp, "value"]`` pair (``"value"`` any string when ``text``); BadShape saying what
+    is wrong with it otherwise."""
+    if type(point) is not list or len(point) != 2:
+        raise BadShape(where, f"is not a [timestamp, value] pair (it is {kind_of(point)})")
+    t, v = point
+    if not ((type(t) is float or type(t) is int) and MIN_TS_S <= t <= MAX_TS_S):
+        raise BadShape(
+            f"{where}[0]", f"is not a timestamp (a number of seconds, years 1 to 9999; it is {kind_of(t)})"
+        )
+    if type(v) is not str:
+        raise BadShape(f"{where}[1]", f"is not a sample value (a number in a string; it is {kind_of(v)})")
+    if text:
+        return
+    try:
+        float(v)
+    except ValueError:
+        raise BadShape(
+            f"{where}[1]", f"is not a sample value (a number in a string; it is {kind_of(v)})"
+        ) from None
 
 
 def _value(v: Any) -> float:
@@ -231,11 +372,11 @@ class PrometheusEngine:
 
     def instant(self, expr: Expr, at: datetime) -> pl.DataFrame:
         promql = self._promql(expr)
-        data = self.client.query(promql, at)
-        if data.get("resultType") == "scalar":
+        data = self.client.query(promql, at, want=("vector", "scalar", "matrix"))
+        if data["resultType"] == "scalar":
             t, v = data["result"]
             return series_frame([{"metric": {}, "value": [t, v]}])
-        return series_frame(list(data.get("result", [])))
+        return series_frame(list(data["result"]))
 
     def raw(self, metric: str, start: datetime, end: datetime, *, chunk_s: float = 6 * 3600) -> pl.DataFrame:
         """Stored samples of ``metric`` in [start, end] via range-vector instant queries, in chunks."""
@@ -245,8 +386,8 @@ class PrometheusEngine:
         while t <= b:
             e = min(b, t + int(chunk_s * 1000))
             width = max(1, (e - t) // 1000)
-            data = self.client.query(f"{metric}[{width}s]", utc(e / 1000))
-            frames.append(series_frame(list(data.get("result", []))))
+            data = self.client.query(f"{metric}[{width}s]", utc(e / 1000), want=("matrix", "vector"))
+            frames.append(series_frame(list(data["result"])))
             t = e + 1
         frames = [f for f in frames if f.height]
         if not frames:

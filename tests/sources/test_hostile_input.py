@@ -28,12 +28,13 @@ import pytest
 import perfkit
 from perfkit.errors import BundleError, SourceError
 from perfkit.frames import Window
+from perfkit.query import ops
 from perfkit.sources.alertmanager import AlertmanagerClient
 from perfkit.sources.bundle import load_bundle
 from perfkit.sources.logs import read_logs
 from perfkit.sources.loki import LokiClient
 from perfkit.sources.openmetrics import read_file
-from perfkit.sources.prometheus import PrometheusClient
+from perfkit.sources.prometheus import PrometheusClient, PrometheusEngine
 
 REPO = Path(__file__).resolve().parents[2]
 PERFKIT_ROOT = Path(perfkit.__file__).resolve().parents[1]
@@ -391,9 +392,11 @@ def test_brackets_inside_strings_do_not_count_and_real_answers_pass(answering):
     }
     url = answering(lambda path: (200, json.dumps(body).encode()))
     assert PrometheusClient(url, retries=0).query("up", T0) == body["data"]
-    at_cap = {"status": "success", "data": json.loads(nested(62))}  # 64 levels in all: accepted
+    at_cap = {"status": "success", "data": json.loads(nested(62))}  # 64 levels in all: decoded ...
     url = answering(lambda path: (200, json.dumps(at_cap).encode()))
-    assert PrometheusClient(url, retries=0).query("up", T0) == at_cap["data"]
+    assert PrometheusClient(url, retries=0).get("/api/v1/query", {"query": "up"}) == at_cap["data"]
+    with pytest.raises(SourceError, match=r"answer's data is not a mapping"):  # ... but not the shape
+        PrometheusClient(url, retries=0).query("up", T0)
 
 
 def test_answer_larger_than_the_cap_is_a_source_error(answering):
@@ -484,3 +487,424 @@ def test_answer_trickling_byte_by_byte_meets_the_deadline(silent_server):
     with pytest.raises(SourceError, match=r"no answer within 0\.5 s \(total \d\.\d s over 1 attempt\)"):
         PrometheusClient(url, timeout_s=0.5, total_timeout_s=1.5).query("up", T0)
     assert time.perf_counter() - t < 3
+
+
+# -- answers of the wrong shape ------------------------------------------------------------------------
+# Valid JSON, under the size and depth caps, but not what the API documents: every client checks the
+# shape in one pass and says which part is wrong, never a TypeError/KeyError/ValueError traceback.
+
+METRIC_NAMES = [  # enough for triage to ask instant and range queries
+    "DCGM_FI_DEV_GPU_UTIL",
+    "up",
+    "vllm:e2e_request_latency_seconds_bucket",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:time_to_first_token_seconds_bucket",
+]
+GOOD_VECTOR = {"resultType": "vector", "result": [{"metric": {"pod": "a"}, "value": [1794448800, "1"]}]}
+BIG = "x" * (20 * 2**10)
+
+
+def series(metric: object = None, values: object = None) -> dict:
+    return {"metric": {"pod": "a"} if metric is None else metric, "values": values or [[1794448800, "1"]]}
+
+
+def matrix(*result: object) -> dict:
+    return {"resultType": "matrix", "result": list(result)}
+
+
+# (data of the answer, the message after "answer's ") for /api/v1/query and /api/v1/query_range
+WRONG_SHAPES = {
+    "60 nested lists": (
+        {"resultType": "matrix", "result": [json.loads(nested(60))]},
+        "data.result[0] is not a series (a mapping with metric and values; it is a list of 1)",
+    ),
+    "data a list of lists": (
+        [[1, 2], [3]],
+        "data is not a mapping with resultType and result (it is a list of 2)",
+    ),
+    "data a string": (
+        "matrix",
+        "data is not a mapping with resultType and result (it is the string 'matrix')",
+    ),
+    "result a mapping": (
+        {"resultType": "matrix", "result": {}},
+        "data.result is not a list of series (it is a mapping)",
+    ),
+    "result missing": ({"resultType": "matrix"}, "data.result is not a list of series (it is missing)"),
+    "resultType unknown": ({"resultType": "table", "result": []}, "data.resultType is 'table', not 'matrix'"),
+    "resultType a list": (
+        {"resultType": ["matrix"], "result": []},
+        "data.resultType is a list of 1, not 'matrix'",
+    ),
+    "metric a list": (
+        matrix(series(), series(["pod", "a"])),
+        "data.result[1].metric is not a mapping of label names to strings (it is a list of 2)",
+    ),
+    "label value a number": (
+        matrix(series({"pod": 3})),
+        "data.result[0].metric is not a mapping of label names to strings ('pod' is the number 3)",
+    ),
+    "label value null": (
+        matrix(series({"pod": None})),
+        "data.result[0].metric is not a mapping of label names to strings ('pod' is null)",
+    ),
+    "label value a list": (
+        matrix(series({"pod": ["a"]})),
+        "data.result[0].metric is not a mapping of label names to strings ('pod' is a list of 1)",
+    ),
+    "label value of 20 KiB": (
+        matrix(series({"pod": BIG})),
+        "data.result[0].metric has a value of 20 KiB (label 'pod'), over the 16 KiB limit",
+    ),
+    "values a mapping": (
+        matrix({"metric": {}, "values": {"1": "2"}}),
+        "data.result[0].values is not a list of [timestamp, value] pairs (it is a mapping)",
+    ),
+    "values not pairs": (
+        matrix(series(values=[[1794448800, "1"], [1794448815, "2", "3"]])),
+        "data.result[0].values[1] is not a [timestamp, value] pair (it is a list of 3)",
+    ),
+    "values of numbers": (
+        matrix(series(values=[1794448800, 1794448815])),
+        "data.result[0].values[0] is not a [timestamp, value] pair (it is the number 1794448800)",
+    ),
+    "sample value an object": (
+        matrix(series(values=[[1794448800, {"v": 1}]])),
+        "data.result[0].values[0][1] is not a sample value (a number in a string; it is a mapping)",
+    ),
+    "sample value a number": (
+        matrix(series(values=[[1794448800, 1.5]])),
+        "data.result[0].values[0][1] is not a sample value (a number in a string; it is the number 1.5)",
+    ),
+    "sample value not a number": (
+        matrix(series(values=[[1794448800, "1"], [1794448815, "fast"]])),
+        "data.result[0].values[1][1] is not a sample value (a number in a string; it is the string 'fast')",
+    ),
+    "timestamp a string": (
+        matrix(series(values=[["1794448800", "1"]])),
+        "data.result[0].values[0][0] is not a timestamp (a number of seconds, years 1 to 9999; "
+        "it is the string '1794448800')",
+    ),
+    "timestamp a boolean": (
+        matrix(series(values=[[True, "1"]])),
+        "data.result[0].values[0][0] is not a timestamp (a number of seconds, years 1 to 9999; "
+        "it is the boolean true)",
+    ),
+    "timestamp past year 9999": (
+        matrix(series(values=[[1e300, "1"]])),
+        "data.result[0].values[0][0] is not a timestamp (a number of seconds, years 1 to 9999; "
+        "it is the number 1e+300)",
+    ),
+    "series a number": (
+        matrix(series(), 7),
+        "data.result[1] is not a series (a mapping with metric and values; it is the number 7)",
+    ),
+}
+
+
+def prometheus_answering(answering, query: object, query_range: object, names: object = METRIC_NAMES) -> str:
+    """A Prometheus on 127.0.0.1 answering with these ``data`` (label values, instant, range)."""
+
+    def answer(path: str) -> tuple[int, bytes]:
+        route = path.split("?")[0]
+        data = names if "/label/" in route else query_range if route.endswith("/query_range") else query
+        return 200, json.dumps({"status": "success", "data": data}).encode()
+
+    return answering(answer)
+
+
+@pytest.mark.parametrize("case", WRONG_SHAPES)
+def test_prometheus_answers_of_the_wrong_shape_are_source_errors(answering, case):
+    data, message = WRONG_SHAPES[case]
+    url = prometheus_answering(answering, data, data)
+    client = PrometheusClient(url, retries=0)
+    with pytest.raises(SourceError) as info:
+        client.query_range("up", T0, T0.replace(hour=3), 15)
+    assert str(info.value) == f"{url}/api/v1/query_range: HTTP 200: answer's {message}"
+    assert info.value.url == f"{url}/api/v1/query_range" and info.value.status == 200
+
+    with pytest.raises(SourceError) as info:  # the instant query takes the four result types
+        client.query("up", T0)
+    assert str(info.value).startswith(f"{url}/api/v1/query: HTTP 200: answer's {message.split(', not')[0]}")
+
+    engine = PrometheusEngine(client, start=T0, end=T0.replace(hour=3), dialect="prometheus")
+    for call in (
+        lambda: engine.range(ops.Selector("up"), T0, T0.replace(hour=3), 15),
+        lambda: engine.instant(ops.Selector("up"), T0),
+        lambda: engine.raw("up", T0, T0.replace(hour=3)),
+    ):
+        with pytest.raises(
+            SourceError, match=r"^http://127\.0\.0\.1:\d+/api/v1/query(_range)?: HTTP 200: answer's "
+        ):
+            call()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"resultType": "scalar", "result": ["1794448800", "1"]}, "data.result[0] is not a timestamp"),
+        ({"resultType": "scalar", "result": [1794448800, "x"]}, "data.result[1] is not a sample value"),
+        (
+            {"resultType": "scalar", "result": [[1794448800, "1"]]},
+            "data.result is not a [timestamp, value] pair",
+        ),
+        ({"resultType": "string", "result": [1794448800, 3]}, "data.result[1] is not a sample value"),
+        ({"resultType": "vector", "result": [{"metric": {}, "value": "1"}]}, "data.result[0].value is not a"),
+        (
+            {"resultType": "vector", "result": [{"metric": {}, "value": [1, None]}]},
+            "data.result[0].value[1] is not",
+        ),
+    ],
+)
+def test_instant_answers_of_the_wrong_shape_are_source_errors(answering, data, message):
+    url = prometheus_answering(answering, data, data)
+    with pytest.raises(SourceError) as info:
+        PrometheusClient(url, retries=0).query("up", T0)
+    assert str(info.value).startswith(f"{url}/api/v1/query: HTTP 200: answer's {message}")
+
+
+def test_result_types_the_caller_cannot_use_are_refused(answering):
+    text = {"resultType": "string", "result": [1794448800, "hello"]}
+    url = prometheus_answering(answering, text, GOOD_VECTOR)
+    client = PrometheusClient(url, retries=0)
+    assert client.query("up", T0) == text  # a well-formed string answer is the API's ...
+    engine = PrometheusEngine(client, start=T0, end=T0.replace(hour=3), dialect="prometheus")
+    with pytest.raises(
+        SourceError, match=r"/api/v1/query: HTTP 200: answer's data.resultType is 'string', not "
+    ):
+        engine.instant(ops.Selector("up"), T0)  # ... but not a number
+    with pytest.raises(
+        SourceError,
+        match=r"/api/v1/query_range: HTTP 200: answer's data.resultType is 'vector', not 'matrix'$",
+    ):
+        client.query_range("up", T0, T0.replace(hour=3), 15)
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        ({"a": 1}, "data is not a list of label values (it is a mapping)"),
+        ([["up"]], "data[0] is not a label value (a string; it is a list of 1)"),
+        (["up", None], "data[1] is not a label value (a string; it is null)"),
+        (["up", 7], "data[1] is not a label value (a string; it is the number 7)"),
+        (["up", BIG], "data[1] is a label value of 20 KiB, over the 16 KiB limit"),
+    ],
+)
+def test_label_values_of_the_wrong_shape_are_source_errors(answering, names, message):
+    url = prometheus_answering(answering, GOOD_VECTOR, matrix(), names)
+    with pytest.raises(SourceError) as info:
+        PrometheusClient(url, retries=0).label_values("__name__", T0, T0.replace(hour=3))
+    assert str(info.value) == f"{url}/api/v1/label/__name__/values: HTTP 200: answer's {message}"
+
+
+def test_well_formed_answers_still_read(answering):
+    """The checks refuse shapes, not values: NaN/Inf strings, a label value of 16 KiB, float and int
+    times, series without values (native histograms) and empty results are read as before."""
+    samples = [[1794448800, "NaN"], [1794448815.5, "+Inf"], [1794448830, "-Inf"], [1794448845, "1e-3"]]
+    data = matrix(series({"pod": "é" * 8192}, samples), {"metric": {"pod": "h"}, "histograms": []})
+    url = prometheus_answering(answering, GOOD_VECTOR, data)
+    client = PrometheusClient(url, retries=0)
+    got = client.query_range("up", T0, T0.replace(hour=3), 15)
+    assert got[0]["values"] == samples and got[1] == {"metric": {"pod": "h"}, "values": []}
+    engine = PrometheusEngine(client, start=T0, end=T0.replace(hour=3), dialect="prometheus")
+    frame = engine.range(ops.Selector("up"), T0, T0.replace(hour=3), 15)
+    assert frame.height == 4 and frame["value"][3] == 0.001
+    assert engine.instant(ops.Selector("up"), T0)["value"].to_list() == [1.0]
+    assert engine.metric_names() == sorted(METRIC_NAMES)
+
+
+CLI_SHAPES = [
+    "60 nested lists",
+    "data a list of lists",
+    "metric a list",
+    "values not pairs",
+    "sample value an object",
+    "label value a list",
+    "resultType unknown",
+]
+
+
+@pytest.mark.parametrize("where", ["query", "query_range", "label values"])
+@pytest.mark.parametrize("case", CLI_SHAPES)
+def test_triage_against_a_server_of_the_wrong_shape_says_one_line(answering, case, where):
+    from click.testing import CliRunner
+
+    from perfkit.cli import cli
+
+    data, _ = WRONG_SHAPES[case]
+    if where == "label values":
+        url = prometheus_answering(answering, GOOD_VECTOR, matrix(), data)
+    elif where == "query":
+        url = prometheus_answering(answering, data, matrix())
+    else:
+        url = prometheus_answering(answering, GOOD_VECTOR, data)
+    result = CliRunner().invoke(cli, ["triage", "--prometheus", url, "--since", "1h", "--timeout", "2"])
+    assert result.exit_code == 2, (result.output, result.exc_info)
+    assert isinstance(result.exception, SystemExit)
+    stderr = result.stderr if hasattr(result, "stderr") else result.output
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith(f"perfkit: {url}/api/v1/"), lines[0]
+    assert ": HTTP 200: answer's data" in lines[0]
+
+
+ALERT_SHAPES = {
+    "a mapping": ({"alerts": []}, "answer is a mapping (want a JSON list of alerts)"),
+    "a list of lists": ([json.loads(nested(60))], "answer[0] is a list of 1 (want an alert, a mapping)"),
+    "labels a list": (
+        [{"labels": ["alertname", "X"]}],
+        "answer[0].labels is not a mapping of label names to strings (it is a list of 2)",
+    ),
+    "label value a number": (
+        [{"labels": {"alertname": "X"}}, {"labels": {"alertname": 5}}],
+        "answer[1].labels is not a mapping of label names to strings ('alertname' is the number 5)",
+    ),
+    "label value of 20 KiB": (
+        [{"labels": {"alertname": BIG}}],
+        "answer[0].labels has a value of 20 KiB (label 'alertname'), over the 16 KiB limit",
+    ),
+    "annotation null": (
+        [{"labels": {}, "annotations": {"summary": None}}],
+        "answer[0].annotations is not a mapping of names to strings ('summary' is null)",
+    ),
+    "startsAt a number": (
+        [{"labels": {}, "startsAt": 1794448800}],
+        "answer[0].startsAt is not a time (an RFC 3339 string; it is the number 1794448800)",
+    ),
+    "status a string": (
+        [{"labels": {}, "status": "active"}],
+        "answer[0].status is not a mapping (it is the string 'active')",
+    ),
+    "status.state a list": (
+        [{"labels": {}, "status": {"state": []}}],
+        "answer[0].status.state is not a string (it is a list of 0)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ALERT_SHAPES)
+def test_alertmanager_answers_of_the_wrong_shape_are_source_errors(answering, case):
+    body, message = ALERT_SHAPES[case]
+    url = answering(lambda path: (200, json.dumps(body).encode()))
+    client = AlertmanagerClient(url, retries=0)
+    for call in (client.alerts, lambda: client.timeline_events(WINDOW)):
+        with pytest.raises(SourceError) as info:
+            call()
+        assert str(info.value) == f"{url}/api/v2/alerts: HTTP 200: {message}"
+        assert info.value.status == 200
+
+
+def test_alertmanager_well_formed_answer_still_reads(answering):
+    body = [
+        {
+            "labels": {"alertname": "HighLatency", "service": "chat"},
+            "annotations": {"summary": "p95 over SLO", "description": "d" * 30_000},
+            "startsAt": "2026-11-12T02:00:00.123456789Z",
+            "endsAt": "2026-11-12T02:10:00Z",
+            "status": {"state": "active", "silencedBy": [], "inhibitedBy": []},
+            "fingerprint": "abc",
+            "receivers": [{"name": "x"}],
+        }
+    ]
+    url = answering(lambda path: (200, json.dumps(body).encode()))
+    client = AlertmanagerClient(url, retries=0, clock=lambda: T0)
+    assert client.alerts() == body
+    assert client.timeline_events(WINDOW)["detail"].to_list() == ["HighLatency firing: p95 over SLO"]
+
+
+def streams(*result: object) -> dict:
+    return {"resultType": "streams", "result": list(result)}
+
+
+NS = "1794448800000000000"
+LOKI_SHAPES = {
+    "60 nested lists": (
+        streams(json.loads(nested(60))),
+        "malformed streams answer: data.result[0] is not a stream (a mapping with stream and values; "
+        "it is a list of 1)",
+    ),
+    "result a mapping": (
+        {"resultType": "streams", "result": {}},
+        "malformed streams answer: data.result is not a list of streams (it is a mapping)",
+    ),
+    "resultType unknown": (
+        {"resultType": ["streams"], "result": []},
+        "answer's data.resultType is a list of 1, not 'streams' (is this a metric query?)",
+    ),
+    "stream a list": (
+        streams({"stream": ["job"], "values": []}),
+        "malformed streams answer: data.result[0].stream is not a mapping of label names to strings "
+        "(it is a list of 1)",
+    ),
+    "label value a number": (
+        streams({"stream": {"job": 1}, "values": []}),
+        "malformed streams answer: data.result[0].stream is not a mapping of label names to strings "
+        "('job' is the number 1)",
+    ),
+    "label value of 20 KiB": (
+        streams({"stream": {"job": BIG}, "values": []}),
+        "malformed streams answer: data.result[0].stream has a value of 20 KiB (label 'job'), over the 16 KiB limit",
+    ),
+    "values a mapping": (
+        streams({"stream": {}, "values": {NS: "x"}}),
+        "malformed streams answer: data.result[0].values is not a list of [time, line] pairs (it is a mapping)",
+    ),
+    "value not a pair": (
+        streams({"stream": {}, "values": [[NS, "a"], [NS]]}),
+        "malformed streams answer: data.result[0].values[1] is not a [time, line] pair (it is a list of 1)",
+    ),
+    "time a number": (
+        streams({"stream": {}, "values": [[1794448800000000000, "a"]]}),
+        "malformed streams answer: data.result[0].values[0][0] is not a time (ns since 1970 as a string "
+        "of digits, years 1970 to 9999; it is the number 1794448800000000000)",
+    ),
+    "time not digits": (
+        streams({"stream": {}, "values": [["-1", "a"]]}),
+        "malformed streams answer: data.result[0].values[0][0] is not a time (ns since 1970 as a string "
+        "of digits, years 1970 to 9999; it is the string '-1')",
+    ),
+    "time past year 9999": (
+        streams({"stream": {}, "values": [["9" * 21, "a"]]}),
+        "malformed streams answer: data.result[0].values[0][0] is not a time (ns since 1970 as a string "
+        f"of digits, years 1970 to 9999; it is the string {'9' * 21!r})",
+    ),
+    "line an object": (
+        streams({"stream": {}, "values": [[NS, {"msg": "a"}]]}),
+        "malformed streams answer: data.result[0].values[0][1] is not a log line (a string; it is a mapping)",
+    ),
+    "metadata a string": (
+        streams({"stream": {}, "values": [[NS, "a", "meta"]]}),
+        "malformed streams answer: data.result[0].values[0][2] is not a mapping of metadata "
+        "(it is the string 'meta')",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LOKI_SHAPES)
+def test_loki_answers_of_the_wrong_shape_are_source_errors(answering, case):
+    data, message = LOKI_SHAPES[case]
+    url = answering(lambda path: (200, json.dumps({"status": "success", "data": data}).encode()))
+    client = LokiClient(url, retries=0)
+    for call in (
+        lambda: client.query_range('{job="vllm"}', WINDOW),
+        lambda: client.read('{job="vllm"}', WINDOW),
+    ):
+        with pytest.raises(SourceError) as info:
+            call()
+        assert str(info.value) == f"{url}/loki/api/v1/query_range: HTTP 200: {message}"
+        assert info.value.status == 200
+
+
+def test_loki_well_formed_answer_still_reads(answering):
+    data = streams(
+        {"stream": {"job": "vllm"}, "values": [[NS, OOM.rstrip("\n"), {"structuredMetadata": {}}]]},
+        {"stream": {"job": "train"}, "values": [[str(int(NS) + 1), "hello"]]},
+    )
+    url = answering(lambda path: (200, json.dumps({"status": "success", "data": data}).encode()))
+    entries = LokiClient(url, retries=0).query_range('{job=~".+"}', WINDOW)
+    assert [(labels, line[:5]) for _, labels, line in entries] == [
+        ({"job": "vllm"}, "2026-"),
+        ({"job": "train"}, "hello"),
+    ]
