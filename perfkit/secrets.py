@@ -560,7 +560,12 @@ PREFIX_HEAD = 12
 _WORDS = re.compile(r"[A-Za-z]+(?:[-_. ][A-Za-z]+)*")
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 _SLUG = re.compile(r"[A-Za-z0-9]+(?:[-_./:][A-Za-z0-9]+)+")
-_SLUG_SEGMENT = re.compile(r"[a-z0-9]+|[A-Z][a-z0-9]*|[A-Z0-9]+")
+#: A name's segment: a word in one case style, a number, a size (``70b``, ``8B``), or a short word
+#: with a version or model number (``v2``, ``llama3``, ``Qwen2``, ``H100``); never letters and digits
+#: interleaved (``s3cr3t``, ``Zq7pL0``), which is how passwords and tokens read.
+_SLUG_SEGMENT = re.compile(
+    r"[a-z]+|[A-Z][a-z]*|[A-Z]+|[0-9]+|[0-9]+[A-Za-z]{1,2}|[A-Za-z][a-z]{0,9}[0-9]{1,4}|[A-Z]{1,4}[0-9]{1,4}"
+)
 
 
 def _plausible_secret(value: str) -> bool:
@@ -583,8 +588,8 @@ def slug_like(value: str) -> bool:
     """Whether a value reads like a name, not a credential: a model, a runbook, a profile.
 
     The rule: 2+ segments of letters and digits joined by single ``-``, ``_``, ``.``, ``/`` or
-    ``:``; every segment shorter than 16 characters and either lower-case (``70b``), capitalized
-    (``Llama``) or upper-case (``8B``), never mixed inside (``Zq7pL0``); at least one segment of 3+
+    ``:``; every segment shorter than 16 characters and a word, a number, a size or a word with a
+    version (see ``_SLUG_SEGMENT``), never letters and digits interleaved (``s3cr3t``, ``Zq7pL0``); at least one segment of 3+
     letters only (a word: UUIDs and hex groups have none); and not :func:`looks_like_secret`.
 
     >>> slug_like("llama-3.1-70b-instruct"), slug_like("meta-llama/Llama-3.1-8B"), slug_like("ab12-cd34")
