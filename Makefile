@@ -30,7 +30,8 @@ demo: $(STAMP)
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check perfkit tests benchmarks
 	$(BIN)/ruff format --check perfkit tests benchmarks
-	$(PY) -m perfkit.tools.check_notebooks runbooks
+	$(BIN)/mypy perfkit
+	$(PY) -m perfkit.app.check_notebooks runbooks
 
 # The real servers the integration tests start (Debian packages). Installed when missing and we
 # can (root with apt-get); otherwise stop at once with the one command to run.

@@ -20,10 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from synthetic import T0, ttft_om  # noqa: E402
 
+from perfkit.app.run import execute  # noqa: E402
+from perfkit.engine import ops  # noqa: E402
+from perfkit.engine.local import LocalEngine  # noqa: E402
 from perfkit.lab.servers import start  # noqa: E402
-from perfkit.query import ops  # noqa: E402
-from perfkit.query.local import LocalEngine  # noqa: E402
-from perfkit.run import execute  # noqa: E402
+from perfkit.sources.http import HttpConfig  # noqa: E402
 from perfkit.sources.prometheus import PrometheusClient, PrometheusEngine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,14 +47,14 @@ def pushdown_vs_pull(work: Path) -> None:
             0.95, ops.sum_by(ops.rate(ops.Selector(METRIC), 60), "le", "model_name")
         )
         engine = PrometheusEngine(
-            PrometheusClient(server.url), start=t_start, end=t_end, dialect="prometheus"
+            PrometheusClient(HttpConfig(server.url)), start=t_start, end=t_end, dialect="prometheus"
         )
         t = time.perf_counter()
         pushed = engine.range(expr, t_start, t_end, 15)
         push_s = time.perf_counter() - t
         t = time.perf_counter()
         raw = engine.raw(METRIC, datetime.fromtimestamp(T0, UTC), t_end)
-        from perfkit.frames import MetricStore
+        from perfkit.core.frames import MetricStore
 
         local = LocalEngine(MetricStore({METRIC: raw}, {METRIC: "histogram"})).range(expr, t_start, t_end, 15)
         pull_s = time.perf_counter() - t

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from synthetic import T0, ttft_om  # noqa: E402
 
-from perfkit.query import ops  # noqa: E402
-from perfkit.query.local import LocalEngine  # noqa: E402
+from perfkit.engine import ops  # noqa: E402
+from perfkit.engine.local import LocalEngine  # noqa: E402
 from perfkit.sources.openmetrics import parse_text  # noqa: E402
 
 WINDOW_S = 60.0

@@ -1,6 +1,6 @@
 """Fast synthetic vLLM OpenMetrics for benchmarks: TTFT histograms (vLLM's buckets) per model, 15 s scrapes.
 
-Not a physics simulation (that is perfkit.sim): counters grow by Poisson-many lognormal observations
+Not a physics simulation (that is perfkit.lab.sim): counters grow by Poisson-many lognormal observations
 per scrape, enough to make realistic files of any size quickly.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfkit.sim.exporters import TTFT_BUCKETS
+from perfkit.lab.sim.exporters import TTFT_BUCKETS
 
 T0 = 1_794_000_000.0  # 2026-11-07T...Z
 

@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from perfkit.accuracy import grade_bundle, scenario_dirs
+from perfkit.app.grading import grade_bundle, scenario_dirs
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "scenarios"
 

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from perfkit.core.incident import make_window, with_overrides
 from perfkit.errors import BundleError, ConfigError
-from perfkit.incident import make_window, read_incident, with_overrides
+from perfkit.sources.incident_file import read_incident
 
 
 def write(tmp_path, text):

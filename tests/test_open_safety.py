@@ -25,8 +25,8 @@ import pytest
 import requests
 from nbformat.v4 import new_markdown_cell
 
+from perfkit.app.lab_open import free_port, lab_command, launch_lab, write_parameterized
 from perfkit.errors import ConfigError
-from perfkit.lab_open import free_port, lab_command, launch_lab, write_parameterized
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "data" / "scenarios"

@@ -1,4 +1,4 @@
-"""perfkit.safeyaml: YAML from outside is parsed safely and within bounds, and refusals name file and line."""
+"""perfkit.sources.safeyaml: YAML from outside is parsed safely and within bounds, and refusals name file and line."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ import pytest
 import yaml
 
 from perfkit.errors import BundleError, ConfigError
-from perfkit.incident import read_incident
+from perfkit.sources.incident_file import read_incident
 from perfkit.sources.releases import read_release_file
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "scenarios"
-MAX_NODES = 1_000_000  # perfkit.safeyaml.MAX_NODES (imported per test: the readers' tests run without it)
+MAX_NODES = (
+    1_000_000  # perfkit.sources.safeyaml.MAX_NODES (imported per test: the readers' tests run without it)
+)
 
 
 def laughs(levels: int = 9, refs: int = 9, key: str = "lol") -> str:
@@ -44,7 +46,7 @@ def expanded_scalars(data: object, cap: int) -> int:
 
 
 def test_max_nodes_here_is_the_module_cap():
-    from perfkit.safeyaml import MAX_NODES as cap
+    from perfkit.sources.safeyaml import MAX_NODES as cap
 
     assert cap == MAX_NODES
 
@@ -57,7 +59,7 @@ def test_the_bomb_is_real_with_plain_safe_load():
 
 
 def test_billion_laughs_is_refused_fast_with_file_and_line(tmp_path):
-    from perfkit.safeyaml import YamlError, load_yaml
+    from perfkit.sources.safeyaml import YamlError, load_yaml
 
     path = tmp_path / "batch.yaml"
     path.write_text(laughs())
@@ -75,7 +77,7 @@ def test_billion_laughs_is_refused_fast_with_file_and_line(tmp_path):
 
 
 def test_wide_alias_fan_out_is_refused():
-    from perfkit.safeyaml import YamlError, loads_yaml
+    from perfkit.sources.safeyaml import YamlError, loads_yaml
 
     text = "base: &b [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\nmany: [" + ", ".join(["*b"] * 200_000) + "]\n"
     t = time.perf_counter()
@@ -86,7 +88,7 @@ def test_wide_alias_fan_out_is_refused():
 
 
 def test_normal_documents_load_as_safe_load_does(tmp_path):
-    from perfkit.safeyaml import load_yaml, loads_yaml
+    from perfkit.sources.safeyaml import load_yaml, loads_yaml
 
     for source in (
         SCENARIOS / "p95-prefill-interference" / "incident.yaml",
@@ -103,7 +105,7 @@ def test_normal_documents_load_as_safe_load_does(tmp_path):
 
 
 def test_oversized_file_is_refused_without_reading_it(tmp_path):
-    from perfkit.safeyaml import load_yaml
+    from perfkit.sources.safeyaml import load_yaml
 
     path = tmp_path / "huge.yaml"
     with path.open("wb") as fh:  # sparse: 1 GiB that would take seconds and gigabytes to read
@@ -120,7 +122,7 @@ def test_oversized_file_is_refused_without_reading_it(tmp_path):
 
 
 def test_deep_nesting_is_refused_not_a_recursion_error(tmp_path):
-    from perfkit.safeyaml import load_yaml, loads_yaml
+    from perfkit.sources.safeyaml import load_yaml, loads_yaml
 
     path = tmp_path / "deep.yaml"
     path.write_text("a:\n  b: " + "[" * 500 + "]" * 500 + "\n")
@@ -134,14 +136,14 @@ def test_deep_nesting_is_refused_not_a_recursion_error(tmp_path):
 
 
 def test_recursive_alias_is_refused():
-    from perfkit.safeyaml import YamlError, loads_yaml
+    from perfkit.sources.safeyaml import YamlError, loads_yaml
 
     with pytest.raises(YamlError, match="recursive"):
         loads_yaml("a: &a\n  b: *a\n", source="r.yaml")
 
 
 def test_invalid_yaml_names_file_and_line(tmp_path):
-    from perfkit.safeyaml import load_yaml
+    from perfkit.sources.safeyaml import load_yaml
 
     path = tmp_path / "bad.yaml"
     path.write_text("ok: 1\nlist: [1, 2\n")
@@ -154,7 +156,7 @@ def test_invalid_yaml_names_file_and_line(tmp_path):
 
 
 def test_fifo_and_device_are_refused_without_blocking(tmp_path):
-    from perfkit.safeyaml import load_yaml
+    from perfkit.sources.safeyaml import load_yaml
 
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
@@ -206,7 +208,7 @@ def test_deploy_history_bomb_is_a_bundle_error(tmp_path):
 
 def test_pure_python_parser_has_the_same_caps(monkeypatch, tmp_path):
     """PyYAML built without libyaml: the pure-Python parser gets the same composer and caps."""
-    import perfkit.safeyaml as safeyaml
+    import perfkit.sources.safeyaml as safeyaml
 
     monkeypatch.setattr(safeyaml, "_CParser", None)
     monkeypatch.setattr(safeyaml, "_LOADERS", {})

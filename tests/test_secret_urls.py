@@ -17,20 +17,18 @@ import polars as pl
 import pytest
 import yaml
 
-from perfkit.capture import capture
-from perfkit.errors import SecretLeak
-from perfkit.frames import TS_DTYPE
-from perfkit.secrets import (
+from perfkit.core.frames import TS_DTYPE
+from perfkit.core.scrub import known_secrets, scrub, secret_values
+from perfkit.core.secrets import (
     check_parameters,
     check_url,
-    known_secrets,
     redact_parameters,
     redact_text,
-    scrub,
-    secret_values,
     strip_userinfo,
     url_userinfo_error,
 )
+from perfkit.errors import SecretLeak
+from perfkit.sources.capture import capture
 from perfkit.sources.live import LiveConfig, live_incident, open_live
 
 PASSWORD = "hunter2pass"

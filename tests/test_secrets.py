@@ -9,18 +9,16 @@ from urllib.parse import quote
 import pytest
 from click.testing import CliRunner
 
-from perfkit.cli import cli
-from perfkit.errors import SecretLeak
-from perfkit.run import execute
-from perfkit.secrets import (
+from perfkit.app.cli import cli
+from perfkit.app.run import execute
+from perfkit.core.scrub import known_secrets, scrub, slug_like
+from perfkit.core.secrets import (
     check_parameters,
     env_reference_error,
-    known_secrets,
     parameter_warnings,
     resolve_secret,
-    scrub,
-    slug_like,
 )
+from perfkit.errors import SecretLeak
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "canary-9f8e7d6c5b4a39281706"
@@ -513,7 +511,7 @@ def test_render_postmortem_scrubs_the_environment(tmp_path, monkeypatch):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-    from perfkit.findings import MIME, Finding
+    from perfkit.core.findings import MIME, Finding
     from perfkit.report import render_postmortem
 
     monkeypatch.setenv("MY_API_KEY", API_KEY)
@@ -527,7 +525,7 @@ def test_render_postmortem_scrubs_the_environment(tmp_path, monkeypatch):
     )
     nb = new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    cell = new_code_cell("perfkit.findings.record(finding)")
+    cell = new_code_cell("perfkit.core.findings.record(finding)")
     cell.outputs = [new_output("display_data", data={MIME: finding.to_json(), "text/plain": ""})]
     broken = new_code_cell("raise RuntimeError()")
     broken.outputs = [

@@ -7,8 +7,8 @@ from typing import Any
 
 import polars as pl
 
-from perfkit import signals as S
-from perfkit.frames import Window
+from perfkit.core.frames import Window
+from perfkit.engine import signals as S
 
 QUANTILES = (0.5, 0.95, 0.99)
 LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "decode")

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from perfkit.frames import Window, iso, utc
-from perfkit.signals import GAUGES, HISTOGRAMS, SOURCES, resolve
+from perfkit.core.frames import Window, iso, utc
+from perfkit.engine.signals import GAUGES, HISTOGRAMS, SOURCES, resolve
 
 GAP_FACTOR = 2.5  # a hole longer than 2.5 scrape intervals is a gap (one missed scrape is noise)
 

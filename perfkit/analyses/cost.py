@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfkit import signals as S
-from perfkit.frames import Window
-from perfkit.incident import Hardware
+from perfkit.core.frames import Window
+from perfkit.core.incident import Hardware
+from perfkit.engine import signals as S
 
 
 def usd_per_million_tokens(usd_per_gpu_hour: float, gpus: int, tokens_per_s: float) -> float | None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
-from perfkit.frames import Window
-from perfkit.query import ops
-from perfkit.query.promql import to_promql
-from perfkit.signals import resolve
+from perfkit.core.frames import Window
+from perfkit.engine import ops
+from perfkit.engine.promql import to_promql
+from perfkit.engine.signals import Engine, resolve
 
 FIELDS = (
     ("gpu_util", "avg", "GPU util %"),
@@ -43,9 +43,10 @@ class GpuState:
             parts.append(f"util {inc['gpu_util']:.0f}%")
         if inc.get("tensor_active") is not None:
             parts.append(f"tensor active {inc['tensor_active']:.2f}")
-        if inc.get("fb_used") is not None and inc.get("fb_free") is not None:
-            total = inc["fb_used"] + inc["fb_free"]
-            parts.append(f"memory {inc['fb_used'] / total:.0%} used")
+        used, free = inc.get("fb_used"), inc.get("fb_free")
+        if used is not None and free is not None:
+            total = used + free
+            parts.append(f"memory {used / total:.0%} used")
         if inc.get("xid"):
             parts.append(f"Xid {inc['xid']:.0f} seen")
         return ", ".join(parts)
@@ -54,13 +55,13 @@ class GpuState:
         return {"gpus": self.gpus, "averages": self.averages, "summary": self.summary()}
 
 
-def gpu_state(engine, window: Window, baseline: Window | None) -> GpuState:
+def gpu_state(engine: Engine, window: Window, baseline: Window | None) -> GpuState:
     queries: list[str] = []
     per_gpu: dict[str, dict[str, float]] = {}
     averages: dict[str, dict[str, float | None]] = {"incident": {}, "baseline": {}}
     for signal, stat, _label in FIELDS:
         res = resolve(engine, signal)
-        if not res.found:
+        if res.metric is None:
             continue
         for side, w in (("incident", window), ("baseline", baseline)):
             if w is None:
@@ -74,7 +75,7 @@ def gpu_state(engine, window: Window, baseline: Window | None) -> GpuState:
             if side == "incident":
                 for gpu, value in frame.select("gpu", "value").iter_rows():
                     per_gpu.setdefault(gpu, {})[signal] = value
-            averages[side][signal] = float(frame["value"].mean())  # type: ignore[arg-type]
+            averages[side][signal] = float(cast(float, frame["value"].mean()))
     missing = [] if per_gpu else ["gpu: no DCGM exporter series (DCGM_FI_*) in the window"]
     rows = []
     for gpu in sorted(per_gpu, key=lambda g: int(g) if g.isdigit() else g):

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from perfkit import signals as S
 from perfkit.analyses.changepoints import ChangePoint, detect
-from perfkit.frames import Window, iso
+from perfkit.core.frames import Window, iso
+from perfkit.engine import signals as S
 
 SUSPECT_KINDS = ("deploy", "rollback", "config")
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import polars as pl
 
-from perfkit import signals as S
-from perfkit.frames import Window
+from perfkit.core.frames import Window
+from perfkit.engine import signals as S
 
 STAGES = ("queue", "prefill", "decode")
 

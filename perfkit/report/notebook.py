@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import perfkit
-from perfkit.errors import ConfigError
-from perfkit.findings import Finding, findings_from_notebook
-from perfkit.secrets import (  # noqa: F401  (re-exported for report users)
+from perfkit.core.findings import Finding, findings_from_notebook
+from perfkit.core.scrub import secret_values
+from perfkit.core.secrets import (  # noqa: F401  (re-exported for report users)
     REDACTED,
     is_secret_name,
     looks_like_secret,
     redact_parameters,
     redact_text,
-    secret_values,
 )
+from perfkit.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -111,9 +111,9 @@ def read_executed_notebook(path: str | Path) -> ExecutedNotebook:
             f"{path}: malformed perfkit finding in notebook: {type(err).__name__}: {err}"
         ) from None
 
-    metadata = nb.get("metadata") if isinstance(nb.get("metadata"), dict) else {}
-    papermill = metadata.get("papermill") if isinstance(metadata.get("papermill"), dict) else {}
-    perfkit_meta = metadata.get("perfkit") if isinstance(metadata.get("perfkit"), dict) else {}
+    metadata = _sub(nb, "metadata")
+    papermill = _sub(metadata, "papermill")
+    perfkit_meta = _sub(metadata, "perfkit")
     cells = [c for c in nb["cells"] if isinstance(c, dict)]
     labels = _cell_labels(cells)
     return ExecutedNotebook(
@@ -171,13 +171,19 @@ def _literal_assignments(source: str) -> dict[str, Any]:
     return found
 
 
+def _sub(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``mapping[key]`` when it is a dict, else ``{}``."""
+    value = mapping.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _source(cell: Mapping[str, Any]) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
 
 
 def _tags(cell: Mapping[str, Any]) -> list[str]:
-    meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+    meta = _sub(cell, "metadata")
     tags = meta.get("tags") or []
     return [str(t) for t in tags] if isinstance(tags, list) else []
 
@@ -201,8 +207,8 @@ def _cell_labels(cells: list[dict[str, Any]]) -> list[str]:
 def _durations(cells: list[dict[str, Any]], labels: list[str]) -> list[CellDuration]:
     out: list[CellDuration] = []
     for i, cell in enumerate(cells):
-        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        pm = meta.get("papermill") if isinstance(meta.get("papermill"), dict) else {}
+        meta = _sub(cell, "metadata")
+        pm = _sub(meta, "papermill")
         duration = pm.get("duration")
         if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
             out.append(CellDuration(index=i, duration_s=float(duration), label=labels[i]))

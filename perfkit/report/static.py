@@ -11,19 +11,32 @@ It covers what perfkit figures use: ``scatter`` (lines/markers, dash, colour, fi
 ``make_subplots``, shaded windows (``add_vrect``), deploy markers (``add_vline``), SLO lines
 (``add_hline``), annotations, titles and legends. Dates are drawn in UTC. Trace types it cannot
 draw are skipped and named in the image title, never raised.
+
+Reading the figure JSON (value decoding, the axes layout) lives in :mod:`perfkit.report.figure_json`,
+shapes and annotations in :mod:`perfkit.report.static_overlays`.
 """
 
 from __future__ import annotations
 
-import base64
 import math
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from perfkit.report.figure_json import (
+    _DASHES,
+    _as_dict,
+    _color,
+    _float,
+    _Grid,
+    _is_reversed,
+    _text,
+    decode_array,
+    parse_datetime,
+)
+from perfkit.report.static_overlays import _Overlays
 
 WIDTH_IN = 10.0
 HEIGHT_IN = 4.0
@@ -42,17 +55,7 @@ PLOTLY_COLORWAY = (
     "#FF97FF",
     "#FECB52",
 )
-_DASHES: dict[str, Any] = {
-    "solid": "-",
-    "dash": (0, (5, 3)),
-    "dot": (0, (1, 2)),
-    "dashdot": (0, (5, 2, 1, 2)),
-    "longdash": (0, (9, 3)),
-    "longdashdot": (0, (9, 2, 1, 2)),
-}
 _SYMBOLS = {"circle": "o", "square": "s", "diamond": "D", "cross": "P", "x": "X", "triangle-up": "^"}
-_TAG = re.compile(r"<[^>]+>")
-_ISO_START = re.compile(r"^\d{4}-\d{2}-\d{2}")
 _FIG_LEFT, _FIG_RIGHT, _FIG_BOTTOM, _FIG_TOP = 0.08, 0.97, 0.14, 0.87
 
 
@@ -92,164 +95,10 @@ def _height_in(layout: Mapping[str, Any], grid: _Grid) -> float:
     return max(HEIGHT_IN, 2.2 * rows)
 
 
-# -- value decoding -------------------------------------------------------------------------------
-
-
-def decode_array(value: Any) -> list[Any]:
-    """A plotly data array as a list: plain lists pass through, typed arrays
-    (``{"dtype": "f8", "bdata": "<base64>"}``, what plotly ≥6 emits for numpy) are decoded."""
-    if value is None:
-        return []
-    if isinstance(value, Mapping) and "bdata" in value:
-        import numpy as np
-
-        dtype = np.dtype(str(value.get("dtype") or "f8")).newbyteorder("<")
-        data = value["bdata"]
-        raw = base64.b64decode(data) if isinstance(data, str) else bytes(data)
-        return np.frombuffer(raw, dtype=dtype).tolist()
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        return [value]
-    return list(value)
-
-
-def parse_datetime(value: Any) -> datetime | None:
-    """An ISO 8601 string (or datetime) as a naive UTC datetime; ``None`` when it is not a date."""
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
-    if not isinstance(value, str) or not _ISO_START.match(value):
-        return None
-    text = value.strip().replace(" ", "T", 1)
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed.astimezone(UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def _text(value: Any) -> str:
-    """Plotly rich text as plain matplotlib text (tags dropped, ``$`` not taken as math)."""
-    if isinstance(value, Mapping):
-        value = value.get("text")
-    if value is None:
-        return ""
-    text = str(value).replace("<br>", "\n").replace("<br/>", "\n").replace("<br />", "\n")
-    text = _TAG.sub("", text)
-    text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    return text.replace("$", r"\$")
-
-
-def _color(value: Any, default: Any = None) -> Any:
-    """A matplotlib colour from a plotly one (``"red"``, ``"#EF553B"``, ``"rgba(255,0,0,0.2)"``)."""
-    from matplotlib.colors import to_rgba
-
-    if not isinstance(value, str) or not value.strip():
-        return default
-    text = value.strip()
-    match = re.match(r"rgba?\(([^)]*)\)", text.replace(" ", ""), re.IGNORECASE)
-    try:
-        if match:
-            parts = [float(p.rstrip("%")) for p in match.group(1).split(",")]
-            rgb = [max(0.0, min(1.0, p / 255.0)) for p in parts[:3]]
-            alpha = max(0.0, min(1.0, parts[3])) if len(parts) > 3 else 1.0
-            return (*rgb, alpha)
-        return to_rgba(text.lower() if not text.startswith("#") else text)
-    except (ValueError, IndexError):
-        return default
-
-
-# -- axes layout ---------------------------------------------------------------------------------
-
-
-def _axis_id(layout_key: str) -> str:
-    """``xaxis2`` -> ``x2``; ``yaxis`` -> ``y``."""
-    return layout_key[0] + layout_key[len("xaxis") :]
-
-
-def _ref_axis(ref: Any, letter: str) -> tuple[str | None, bool]:
-    """``"x2"`` -> (``"x2"``, False); ``"y domain"`` -> (``"y"``, True); ``"paper"`` -> (None, True)."""
-    if not isinstance(ref, str) or not ref or ref == "paper":
-        return None, True
-    name, _, rest = ref.partition(" ")
-    if not name.startswith(letter):
-        return None, True
-    return name, rest == "domain"
-
-
-@dataclass
-class _Grid:
-    """Where each plotly axis goes: base y axes get their own matplotlib axes, overlaying ones a twin."""
-
-    xaxes: dict[str, dict[str, Any]]
-    yaxes: dict[str, dict[str, Any]]
-    base_y: list[str] = field(default_factory=list)
-    overlay_y: dict[str, str] = field(default_factory=dict)  # y2 -> y
-
-    @classmethod
-    def from_layout(cls, layout: Mapping[str, Any], traces: Sequence[Mapping[str, Any]]) -> _Grid:
-        xaxes = {_axis_id(k): _as_dict(v) for k, v in layout.items() if re.fullmatch(r"xaxis\d*", k)}
-        yaxes = {_axis_id(k): _as_dict(v) for k, v in layout.items() if re.fullmatch(r"yaxis\d*", k)}
-        for trace in traces:
-            xaxes.setdefault(str(trace.get("xaxis") or "x"), {})
-            yaxes.setdefault(str(trace.get("yaxis") or "y"), {})
-        xaxes.setdefault("x", {})
-        yaxes.setdefault("y", {})
-        grid = cls(xaxes, yaxes)
-        for name in sorted(yaxes, key=_axis_order):
-            over = yaxes[name].get("overlaying")
-            if isinstance(over, str) and over in yaxes and over != name:
-                grid.overlay_y[name] = over
-            else:
-                grid.base_y.append(name)
-        # resolve chains (y3 overlaying y2 overlaying y) to the base axis
-        for name, over in list(grid.overlay_y.items()):
-            seen = {name}
-            while over in grid.overlay_y and over not in seen:
-                seen.add(over)
-                over = grid.overlay_y[over]
-            grid.overlay_y[name] = over if over in grid.base_y else grid.base_y[0]
-        # a y axis with no traces and nothing on it (make_subplots always writes xaxis/yaxis) is kept
-        return grid
-
-    def x_of(self, yname: str) -> str:
-        anchor = self.yaxes.get(yname, {}).get("anchor")
-        if isinstance(anchor, str) and anchor in self.xaxes:
-            return anchor
-        candidate = "x" + yname[1:]
-        return candidate if candidate in self.xaxes else "x"
-
-    def ydomain(self, yname: str) -> list[float]:
-        return _domain(self.yaxes.get(yname, {}).get("domain"))
-
-    def xdomain(self, xname: str) -> list[float]:
-        return _domain(self.xaxes.get(xname, {}).get("domain"))
-
-
-def _axis_order(name: str) -> int:
-    digits = name[1:]
-    return int(digits) if digits.isdigit() else 1
-
-
-def _domain(value: Any) -> list[float]:
-    if isinstance(value, Sequence) and len(value) == 2:
-        try:
-            lo, hi = float(value[0]), float(value[1])
-        except (TypeError, ValueError):
-            return [0.0, 1.0]
-        if 0.0 <= lo < hi <= 1.0:
-            return [lo, hi]
-    return [0.0, 1.0]
-
-
 # -- drawing -------------------------------------------------------------------------------------
 
 
-class _Drawing:
+class _Drawing(_Overlays):
     """One figure's matplotlib rendering (all state for a single call of :func:`figure_to_png`)."""
 
     def __init__(self, fig: Any, layout: Mapping[str, Any], traces: list[Mapping[str, Any]], grid: _Grid):
@@ -504,121 +353,6 @@ class _Drawing:
             store[(horizontal, round(float(p), 9))] = b + v
         return base
 
-    # shapes: windows, deploy markers, SLO lines
-    def _shape_value(self, value: Any, axis: str | None, letter: str) -> float:
-        if axis is None:
-            return _float(value)
-        kinds = self.xkind if letter == "x" else self.ykind
-        return self._convert([value], kinds.get(axis, "linear"), axis)[0]
-
-    def _draw_shape(self, shape: Mapping[str, Any]) -> None:
-        kind = shape.get("type")
-        xaxis, xrel = _ref_axis(shape.get("xref", "x"), "x")
-        yaxis, yrel = _ref_axis(shape.get("yref", "y"), "y")
-        line = _as_dict(shape.get("line"))
-        color = _color(line.get("color"), "#2a3f5f")
-        width = line.get("width")
-        linewidth = float(width) * 0.75 if isinstance(width, int | float) else 1.5
-        dash = _DASHES.get(str(line.get("dash") or "solid"), "-")
-        opacity = shape.get("opacity")
-        alpha = float(opacity) if isinstance(opacity, int | float) else None
-        try:
-            x0 = self._shape_value(shape.get("x0"), None if xrel else xaxis, "x")
-            x1 = self._shape_value(shape.get("x1"), None if xrel else xaxis, "x")
-            y0 = self._shape_value(shape.get("y0"), None if yrel else yaxis, "y")
-            y1 = self._shape_value(shape.get("y1"), None if yrel else yaxis, "y")
-        except (TypeError, ValueError):
-            return
-        if not all(math.isfinite(v) for v in (x0, x1, y0, y1)):
-            return
-        targets = self._shape_axes(xaxis, xrel, yaxis, yrel)
-        if kind == "rect":
-            fill = _color(shape.get("fillcolor"), (0.5, 0.5, 0.5, 1.0))
-            edge = color if isinstance(width, int | float) and width > 0 else "none"
-            for ax in targets:
-                if not xrel and yrel:
-                    ax.axvspan(
-                        x0,
-                        x1,
-                        ymin=_clip01(y0),
-                        ymax=_clip01(y1),
-                        facecolor=fill,
-                        alpha=alpha,
-                        edgecolor=edge,
-                    )
-                elif xrel and not yrel:
-                    ax.axhspan(
-                        y0,
-                        y1,
-                        xmin=_clip01(x0),
-                        xmax=_clip01(x1),
-                        facecolor=fill,
-                        alpha=alpha,
-                        edgecolor=edge,
-                    )
-                elif not xrel and not yrel:
-                    ax.fill_between([x0, x1], y0, y1, facecolor=fill, alpha=alpha, edgecolor=edge)
-        elif kind == "line":
-            style = {"color": color, "linewidth": linewidth, "linestyle": dash, "alpha": alpha}
-            for ax in targets:
-                if not xrel and yrel and x0 == x1:
-                    ax.axvline(x0, ymin=_clip01(y0), ymax=_clip01(y1), **style)
-                elif xrel and not yrel and y0 == y1:
-                    ax.axhline(y0, xmin=_clip01(x0), xmax=_clip01(x1), **style)
-                elif not xrel and not yrel:
-                    ax.plot([x0, x1], [y0, y1], **style)
-
-    def _shape_axes(self, xaxis: str | None, xrel: bool, yaxis: str | None, yrel: bool) -> list[Any]:
-        if yaxis is not None and yaxis in self.axes:
-            return [self.axes[yaxis]]
-        if xaxis is not None:
-            return self._axes_for_x(xaxis)
-        return [self.axes[y] for y in self.grid.base_y]
-
-    def _draw_annotation(self, note: Mapping[str, Any]) -> None:
-        text = _text(note.get("text"))
-        if not text:
-            return
-        xaxis, xrel = _ref_axis(note.get("xref", "x"), "x")
-        yaxis, yrel = _ref_axis(note.get("yref", "y"), "y")
-        ha = {"left": "left", "right": "right", "center": "center"}.get(str(note.get("xanchor")), "center")
-        va = {"top": "top", "bottom": "bottom", "middle": "center"}.get(str(note.get("yanchor")), "center")
-        font = _as_dict(note.get("font"))
-        size = font.get("size")
-        style = {
-            "ha": ha,
-            "va": va,
-            "fontsize": min(float(size) * 0.65, 11.0) if isinstance(size, int | float) else 8,
-            "color": _color(font.get("color"), "#2a3f5f"),
-            "clip_on": False,
-        }
-        try:
-            if xaxis is None and yaxis is None:  # paper/paper: subplot titles, free notes
-                fx, fy = self.paper_to_fig(_float(note.get("x", 0.5)), _float(note.get("y", 1.0)))
-                self.fig.text(fx, fy, text, **style)
-                return
-            ynames = [y for y in self.grid.base_y if self.grid.x_of(y) == xaxis] or self.grid.base_y
-            ax = self.axes.get(yaxis or "", None) or self.axes[ynames[0]]
-            x = _float(note.get("x")) if xrel else self._shape_value(note.get("x"), xaxis, "x")
-            y = _float(note.get("y")) if yrel else self._shape_value(note.get("y"), yaxis, "y")
-            if not (math.isfinite(x) and math.isfinite(y)):
-                return
-            if yaxis is None and xaxis is not None:  # data x, paper y: place relative to the axes
-                y = _paper_to_axes(y, self.grid.ydomain(ynames[0]))
-            if xaxis is None and yaxis is not None:
-                x = _paper_to_axes(x, self.grid.xdomain(self.grid.x_of(yaxis)))
-            if xrel and yrel:
-                transform = ax.transAxes
-            elif xrel:
-                transform = ax.get_yaxis_transform()
-            elif yrel:
-                transform = ax.get_xaxis_transform()
-            else:
-                transform = ax.transData
-            ax.text(x, y, text, transform=transform, **style)
-        except (TypeError, ValueError, KeyError):
-            return
-
     def _finish_axes(self) -> None:
         from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 
@@ -710,25 +444,3 @@ def _date_epoch() -> datetime:
 
     parsed = parse_datetime(get_epoch())
     return parsed if parsed is not None else datetime(1970, 1, 1)
-
-
-def _is_reversed(spec: Mapping[str, Any]) -> bool:
-    return spec.get("autorange") == "reversed"
-
-
-def _paper_to_axes(value: float, domain: list[float]) -> float:
-    lo, hi = domain
-    return (value - lo) / (hi - lo) if hi > lo else value
-
-
-def _clip01(value: float) -> float:
-    return max(0.0, min(1.0, value))
-
-
-def _float(value: Any) -> float:
-    if value is None or isinstance(value, bool):
-        return math.nan
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan

@@ -1,7 +1,7 @@
 """Alertmanager API v2 source: the alerts it holds now, as rows on the incident timeline.
 
 :class:`AlertmanagerClient` reads ``GET /api/v2/alerts`` and turns each alert into
-:data:`~perfkit.frames.EVENTS_SCHEMA` rows of kind ``alert``:
+:data:`~perfkit.core.frames.EVENTS_SCHEMA` rows of kind ``alert``:
 
 * one row at ``startsAt``: ``"<alertname> firing: <summary>"`` (the ``summary`` annotation, else
   ``description``, else just ``"<alertname> firing"``); ``service`` is the ``service`` label,
@@ -30,7 +30,7 @@ HTTP behaves as in :mod:`perfkit.sources.prometheus`: the session is injected, 5
 timeouts and refused connections are retried with exponential backoff, and every failure is a
 :class:`~perfkit.errors.SourceError` naming the URL and status, never a credential.
 
->>> client = AlertmanagerClient("http://127.0.0.1:9093")  # doctest: +SKIP
+>>> client = AlertmanagerClient(HttpConfig("http://127.0.0.1:9093", timeout_s=10))  # doctest: +SKIP
 >>> client.timeline_events(Window("2026-11-30T01:00:00Z", "2026-11-30T03:00:00Z"))  # doctest: +SKIP
 """
 
@@ -45,9 +45,9 @@ from typing import Any
 import polars as pl
 import requests
 
+from perfkit.core.frames import EVENTS_SCHEMA, Window, utc
 from perfkit.errors import SourceError
-from perfkit.frames import EVENTS_SCHEMA, Window, utc
-from perfkit.sources.http import MISSING, Auth, BadShape, HttpSource, check_text_map, kind_of
+from perfkit.sources.http import MISSING, BadShape, HttpConfig, HttpSource, check_text_map, kind_of
 
 MAX_ANNOTATION_BYTES = 64 * 2**10
 """Longest annotation value accepted (a summary or description; real ones are well under 1 KiB)."""
@@ -59,35 +59,17 @@ def _now() -> datetime:
 
 
 class AlertmanagerClient(HttpSource):
-    """Reads alerts from an Alertmanager (API v2). ``url`` is the base URL, with any route prefix."""
+    """Reads alerts from an Alertmanager (API v2). ``config.url`` is the base URL, with any route prefix."""
 
     def __init__(
         self,
-        url: str,
+        config: HttpConfig,
         *,
         session: requests.Session | None = None,
-        auth: Auth | None = None,
-        verify: bool = True,
-        ca_file: str | None = None,
-        timeout_s: float = 10.0,
-        total_timeout_s: float | None = None,
-        retries: int = 3,
-        backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], datetime] = _now,
     ) -> None:
-        super().__init__(
-            url,
-            session=session,
-            auth=auth,
-            verify=verify,
-            ca_file=ca_file,
-            timeout_s=timeout_s,
-            total_timeout_s=total_timeout_s,
-            retries=retries,
-            backoff_s=backoff_s,
-            sleep=sleep,
-        )
+        super().__init__(config, session=session, sleep=sleep)
         self.clock = clock
 
     # -- HTTP ------------------------------------------------------------------------------------

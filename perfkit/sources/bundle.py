@@ -12,7 +12,7 @@ A bundle is untrusted (a drill from someone else, a capture from another machine
   needs, it is a :class:`~perfkit.errors.BundleError`). Symlinks that stay inside are followed;
 * a FIFO, device or socket is never opened; it is listed in :attr:`Bundle.missing`;
 * every reader is bounded (:mod:`perfkit.sources.openmetrics`, :mod:`perfkit.sources.logs`,
-  :mod:`perfkit.safeyaml`; ``events.csv`` over :data:`MAX_EVENTS_BYTES` is not read).
+  :mod:`perfkit.sources.safeyaml`; ``events.csv`` over :data:`MAX_EVENTS_BYTES` is not read).
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from pathlib import Path
 
 import polars as pl
 
+from perfkit.core.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, MetricStore
+from perfkit.core.incident import Incident
 from perfkit.errors import BundleError
-from perfkit.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, MetricStore
-from perfkit.incident import Incident, read_incident
-from perfkit.safeio import not_regular, outside, size_text
 from perfkit.sources import openmetrics
+from perfkit.sources.incident_file import read_incident
+from perfkit.sources.safeio import not_regular, outside, size_text
 
 MAX_EVENTS_BYTES = 64 * 2**20
 """Largest events.csv read: about half a million events, far more than any incident's history."""

@@ -20,14 +20,14 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 
+from perfkit.core.frames import EVENTS_SCHEMA, TS_DTYPE, Window, to_ms, utc
 from perfkit.errors import BundleError
-from perfkit.frames import EVENTS_SCHEMA, TS_DTYPE, Window, to_ms, utc
 
 HEADER = ("ts", "kind", "service", "version", "detail")
 KINDS = frozenset({"deploy", "rollback", "config", "scale", "alert", "note"})
@@ -35,7 +35,7 @@ _EPOCH = re.compile(r"[+-]?\d+(?:\.\d*)?")
 
 
 def empty_events() -> pl.DataFrame:
-    """An events frame with no rows and the :data:`~perfkit.frames.EVENTS_SCHEMA` columns."""
+    """An events frame with no rows and the :data:`~perfkit.core.frames.EVENTS_SCHEMA` columns."""
     return pl.DataFrame(schema=EVENTS_SCHEMA)
 
 
@@ -118,7 +118,7 @@ def _parse_record(
 
 
 def _frame(rows: list[tuple[int, str, str | None, str | None, str | None]]) -> pl.DataFrame:
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in HEADER]
+    columns: list[Sequence[object]] = list(zip(*rows, strict=True)) if rows else [[] for _ in HEADER]
     data = {
         "ts": pl.Series("ts", columns[0], dtype=pl.Int64).cast(TS_DTYPE),
         **{col: pl.Series(col, columns[i], dtype=pl.Utf8) for i, col in enumerate(HEADER) if i},

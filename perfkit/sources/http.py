@@ -1,5 +1,7 @@
 """The HTTP layer every live source shares: credentials from references, TLS settings, retries with
-backoff, and error messages that name the URL and status but never a credential.
+backoff, and error messages that name the URL and status but never a credential. Every client
+takes its settings as one :class:`HttpConfig` (URL, :class:`Auth` references, TLS, timeouts,
+retries).
 
 * 429 and 5xx answers, timeouts and refused connections are retried with exponential backoff
   (``backoff_s``, doubled each time), then raise :class:`~perfkit.errors.SourceError`;
@@ -37,9 +39,9 @@ from typing import Any
 import requests
 import urllib3
 
+from perfkit.core.secrets import REDACTED, redact_text, resolve_secret, strip_userinfo
 from perfkit.errors import SourceError
-from perfkit.safeio import size_text
-from perfkit.secrets import REDACTED, redact_text, resolve_secret, strip_userinfo
+from perfkit.sources.safeio import size_text
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 MAX_ANSWER_BYTES = 256 * 2**20
@@ -174,7 +176,7 @@ class _Deadline(Exception):
     """The total deadline of one call passed while an answer was being read."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Auth:
     """References to credentials (names of env vars and files), resolved only when a client is made."""
 
@@ -198,9 +200,46 @@ class Auth:
         return secrets
 
 
+@dataclass(frozen=True, repr=False)
+class HttpConfig:
+    """How to reach one server: the one set of HTTP settings every client takes
+    (:class:`HttpSource` and its API clients; :class:`~perfkit.sources.live.LiveConfig` builds one
+    per server).
+
+    ``auth`` holds references only (env var and file names, resolved when a client is made);
+    ``ca_file``, when given, is used instead of ``verify``; ``timeout_s`` bounds each request and
+    ``total_timeout_s`` (None: :data:`TOTAL_TIMEOUT_FACTOR` × ``timeout_s``) all attempts of one
+    call, backoff included; ``retries`` more attempts after the first, ``backoff_s`` doubled each
+    time. Its repr shows the URL without ``user:password``.
+    """
+
+    url: str
+    auth: Auth = Auth()
+    verify: bool = True
+    ca_file: str | None = None
+    timeout_s: float = 30.0
+    total_timeout_s: float | None = None
+    retries: int = 3
+    backoff_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+        if self.total_timeout_s is not None and self.total_timeout_s <= 0:
+            raise ValueError(f"total_timeout_s must be positive, got {self.total_timeout_s}")
+
+    def __repr__(self) -> str:
+        return (
+            f"HttpConfig({safe_url(self.url)!r}, auth={self.auth!r}, verify={self.verify!r}, "
+            f"ca_file={self.ca_file!r}, timeout_s={self.timeout_s!r}, "
+            f"total_timeout_s={self.total_timeout_s!r}, retries={self.retries!r}, "
+            f"backoff_s={self.backoff_s!r})"
+        )
+
+
 def safe_url(url: str) -> str:
     """``url`` without user:password (shown in errors instead of the real one): one rule for every
-    place perfkit shows or records a URL, :func:`perfkit.secrets.strip_userinfo`."""
+    place perfkit shows or records a URL, :func:`perfkit.core.secrets.strip_userinfo`."""
     return strip_userinfo(url)
 
 
@@ -217,40 +256,32 @@ def session_secrets(session: requests.Session) -> list[str]:
 
 
 class HttpSource:
-    """Base of the API clients: holds the session and does the retrying GET."""
+    """Base of the API clients: holds the session and does the retrying GET, as ``config`` says."""
 
     auth_hint = "check the token reference"
 
     def __init__(
         self,
-        url: str,
+        config: HttpConfig,
         *,
         session: requests.Session | None = None,
-        auth: Auth | None = None,
-        verify: bool = True,
-        ca_file: str | None = None,
-        timeout_s: float = 30.0,
-        retries: int = 3,
-        backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
-        total_timeout_s: float | None = None,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        if total_timeout_s is not None and total_timeout_s <= 0:
-            raise ValueError(f"total_timeout_s must be positive, got {total_timeout_s}")
-        self.url = url.rstrip("/")
+        self.config = config
+        self.url = config.url.rstrip("/")
         self.session = session or requests.Session()
-        self._secrets = (auth or Auth()).apply(self.session)
-        self.session.verify = ca_file or verify
-        self.timeout_s = timeout_s
+        self._secrets = config.auth.apply(self.session)
+        self.session.verify = config.ca_file or config.verify
+        self.timeout_s = config.timeout_s
         self.total_timeout_s = (
-            total_timeout_s if total_timeout_s is not None else TOTAL_TIMEOUT_FACTOR * timeout_s
+            config.total_timeout_s
+            if config.total_timeout_s is not None
+            else TOTAL_TIMEOUT_FACTOR * config.timeout_s
         )
         self.max_answer_bytes = max_answer_bytes
-        self.retries = retries
-        self.backoff_s = backoff_s
+        self.retries = config.retries
+        self.backoff_s = config.backoff_s
         self.sleep = sleep
 
     def __repr__(self) -> str:
@@ -341,7 +372,8 @@ class HttpSource:
         too_big = f"{shown}: HTTP {resp.status_code}: answer larger than the {size_text(cap)} limit"
         if not isinstance(resp, requests.Response):  # a stand-in holding its text already
             return
-        if resp._content is not False:  # already read (a prepared response)
+        content: bytes | bool | None = resp._content  # False until read (requests' own marker)
+        if content is not False:  # already read (a prepared response)
             if len(resp._content or b"") > cap:
                 raise SourceError(too_big, url=shown, status=resp.status_code)
             return
@@ -369,7 +401,7 @@ class HttpSource:
             _close(resp)
             raise
         resp._content = b"".join(pieces)
-        resp._content_consumed = True
+        resp._content_consumed = True  # type: ignore[attr-defined]  # requests sets it too; not in its stubs
 
     def shape_error(self, shown: str, resp: Any, bad: BadShape, what: str = "answer's") -> SourceError:
         """The SourceError for an answer from ``shown`` whose part ``bad.where`` is misshapen:

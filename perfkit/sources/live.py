@@ -8,16 +8,38 @@ URL and status; only the metrics server is required.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from perfkit.core.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, Window
+from perfkit.core.incident import Hardware, Incident, default_baseline, make_window
 from perfkit.errors import ConfigError, PerfkitError, SecretLeak
-from perfkit.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, Window
-from perfkit.incident import Hardware, Incident, default_baseline, make_window
+
+if TYPE_CHECKING:
+    from perfkit.sources.http import Auth, HttpConfig
+
+DEFAULT_TIMEOUT_S = 30.0
+"""Seconds one HTTP request to a live source may take (the runbooks' ``timeout_s``, ``--timeout``)."""
+
+_LIVE_PARAMETERS = {
+    "prometheus_url": "prometheus_url",
+    "prometheus_token_env": "token_env",
+    "prometheus_token_file": "token_file",
+    "prometheus_basic_auth_user": "basic_auth_user",
+    "prometheus_password_env": "password_env",
+    "tls_ca_file": "ca_file",
+    "alertmanager_url": "alertmanager_url",
+    "deploys": "deploys",
+    "git_repo": "git_repo",
+    "release_metric": "release_metric",
+}
+"""Runbook parameter name → :class:`LiveConfig` field, for the parameters that name a source or a
+credential reference (what :meth:`LiveConfig.as_parameters` gives back)."""
 
 
 @dataclass
@@ -39,29 +61,50 @@ class LiveConfig:
     release_metric: str = ""  # "metric:label", e.g. "build_info:version": label changes are releases
     basic_auth_user: str = ""  # HTTP basic auth: the user (not a secret) ...
     password_env: str = ""  # ... and the env var holding the password
-    timeout_s: float = 30.0  # per HTTP request
+    timeout_s: float = DEFAULT_TIMEOUT_S  # per HTTP request
 
     def as_parameters(self) -> dict[str, Any]:
         """The runbook parameters this configuration stands for (those that are set), to pass to
-        :func:`~perfkit.secrets.check_parameters` and :func:`~perfkit.secrets.parameter_warnings`."""
-        params = {
-            "prometheus_url": self.prometheus_url,
-            "prometheus_token_env": self.token_env,
-            "prometheus_token_file": self.token_file,
-            "prometheus_basic_auth_user": self.basic_auth_user,
-            "prometheus_password_env": self.password_env,
-            "tls_ca_file": self.ca_file,
-            "alertmanager_url": self.alertmanager_url,
-            "deploys": self.deploys,
-            "git_repo": self.git_repo,
-            "release_metric": self.release_metric,
-        }
+        :func:`~perfkit.core.secrets.check_parameters` and :func:`~perfkit.core.secrets.parameter_warnings`."""
+        params = {name: getattr(self, attr) for name, attr in _LIVE_PARAMETERS.items()}
         return {k: v for k, v in params.items() if v}
+
+    def auth(self) -> Auth:
+        """The credential references, as every server gets them."""
+        from perfkit.sources.http import Auth
+
+        return Auth(
+            token_env=self.token_env or None,
+            token_file=self.token_file or None,
+            username=self.basic_auth_user or None,
+            password_env=self.password_env or None,
+        )
+
+    def http(self, url: str) -> HttpConfig:
+        """The HTTP settings for the server at ``url``: this configuration's credentials, TLS
+        settings and timeout."""
+        from perfkit.sources.http import HttpConfig
+
+        return HttpConfig(
+            url,
+            auth=self.auth(),
+            verify=not self.insecure,
+            ca_file=self.ca_file or None,
+            timeout_s=self.timeout_s,
+        )
+
+    def prometheus_http(self) -> HttpConfig:
+        """The HTTP settings for the metrics server."""
+        return self.http(self.prometheus_url)
+
+    def alertmanager_http(self) -> HttpConfig:
+        """The HTTP settings for Alertmanager (``alertmanager_url``)."""
+        return self.http(self.alertmanager_url)
 
     def check(self) -> None:
         """Raise :class:`~perfkit.errors.SecretLeak` for a URL with credentials or an env var
         reference that is not a name, :class:`~perfkit.errors.ConfigError` for a token given twice."""
-        from perfkit.secrets import check_url, env_reference_error
+        from perfkit.core.secrets import check_url, env_reference_error
 
         check_url("prometheus_url", self.prometheus_url)
         if self.alertmanager_url:
@@ -135,29 +178,112 @@ def live_incident(
     )
 
 
+@dataclass(frozen=True)
+class IncidentParams:
+    """Which incident, and where its evidence is: the runbook parameters the notebooks pass to
+    :func:`perfkit.app.runbook.open_incident`, which the CLI's live options stand for, and from
+    which live mode is opened. Field names are the runbooks' parameter names.
+
+    Credentials are references only (env var and file names). ``logs`` are paths or globs (the
+    runbooks give them comma-separated); ``slo`` maps an SLO name to its bound (0: not set), the
+    runbooks' ``slo_<name>`` parameters. Empty and zero values mean "not given".
+    """
+
+    prometheus_url: str = ""
+    prometheus_token_env: str = ""
+    prometheus_token_file: str = ""
+    prometheus_basic_auth_user: str = ""
+    prometheus_password_env: str = ""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    tls_ca_file: str = ""
+    alertmanager_url: str = ""
+    deploys: str = ""
+    git_repo: str = ""
+    release_metric: str = ""
+    start: str = ""
+    end: str = ""
+    since: str = ""
+    baseline_start: str = ""
+    baseline_end: str = ""
+    service: str = ""
+    logs: tuple[str, ...] = ()  # after the window: the order `perfkit run` has always passed them in
+    slo: Mapping[str, float] = field(default_factory=dict)
+    gpu_count: int = 0
+    usd_per_gpu_hour: float = 0.0
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The parameter names this object holds (its fields; the SLOs also as ``slo_<name>``)."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_mapping(cls, params: Mapping[str, Any]) -> IncidentParams:
+        """The incident parameters among ``params`` (runbook parameters by name; others are ignored).
+
+        ``logs`` may be one comma-separated string (as in the runbooks) or a sequence of paths;
+        ``slo`` a mapping, and ``slo_<name>`` parameters add to it; None counts as not given.
+        """
+        given: dict[str, Any] = {k: v for k, v in params.items() if k in cls.names() and v is not None}
+        logs = given.get("logs", ())
+        if isinstance(logs, str):
+            given["logs"] = tuple(p for p in logs.split(",") if p.strip())
+        else:
+            given["logs"] = tuple(logs)
+        slo = dict(given.get("slo") or {})
+        for key, value in params.items():
+            if key.startswith("slo_") and key[4:] not in slo:
+                slo[key[4:]] = value
+        given["slo"] = slo
+        return cls(**given)
+
+    def runbook_parameters(self) -> dict[str, Any]:
+        """The parameters that are set, by the names the runbooks use (``logs`` comma-separated,
+        each SLO as ``slo_<name>``): what to hand a runbook to open this incident."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "logs":
+                if value:
+                    out["logs"] = ",".join(value)
+            elif f.name == "slo":
+                out.update({f"slo_{k}": v for k, v in value.items() if v})
+            elif value and value != f.default:
+                out[f.name] = value
+        return out
+
+    def live_config(self) -> LiveConfig:
+        """Where the live evidence is and how to reach it (``timeout_s`` 0: the default)."""
+        return LiveConfig(
+            **{attr: getattr(self, name) for name, attr in _LIVE_PARAMETERS.items()},
+            timeout_s=float(self.timeout_s or DEFAULT_TIMEOUT_S),
+            logs=list(self.logs),
+        )
+
+    def incident(self) -> Incident:
+        """The incident these parameters describe, for live mode (:func:`live_incident`)."""
+        return live_incident(
+            start=self.start,
+            end=self.end,
+            since=self.since,
+            baseline_start=self.baseline_start,
+            baseline_end=self.baseline_end,
+            service=self.service,
+            slo=dict(self.slo),
+            gpu_count=self.gpu_count,
+            usd_per_gpu_hour=self.usd_per_gpu_hour,
+        )
+
+
 def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
     """Connect the sources; the metrics server must answer (SourceError otherwise).
 
     Refuses, before any request, a URL with ``user:password@`` and an env var reference that is not
     a variable name (:class:`~perfkit.errors.SecretLeak`, see :meth:`LiveConfig.check`).
     """
-    from perfkit.sources.http import Auth
     from perfkit.sources.prometheus import PrometheusClient, PrometheusEngine
 
     cfg.check()
-    auth = Auth(
-        token_env=cfg.token_env or None,
-        token_file=cfg.token_file or None,
-        username=cfg.basic_auth_user or None,
-        password_env=cfg.password_env or None,
-    )
-    client = PrometheusClient(
-        cfg.prometheus_url,
-        auth=auth,
-        verify=not cfg.insecure,
-        ca_file=cfg.ca_file or None,
-        timeout_s=cfg.timeout_s,
-    )
+    client = PrometheusClient(cfg.prometheus_http())
     span_start = incident.baseline.start if incident.baseline else incident.window.start
     engine = PrometheusEngine(client, start=span_start - timedelta(minutes=5), end=incident.window.end)
     engine.metric_names()  # fail now, with the URL and status, if the server does not answer
@@ -168,13 +294,7 @@ def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
         try:
             from perfkit.sources.alertmanager import AlertmanagerClient
 
-            am = AlertmanagerClient(
-                cfg.alertmanager_url,
-                auth=auth,
-                verify=not cfg.insecure,
-                ca_file=cfg.ca_file or None,
-                timeout_s=cfg.timeout_s,
-            )
+            am = AlertmanagerClient(cfg.alertmanager_http())
             frames.append(am.timeline_events(Window(span_start, incident.window.end), incident.service))
         except PerfkitError as exc:
             missing.append(f"alerts: {exc}")

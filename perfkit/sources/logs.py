@@ -1,8 +1,8 @@
 """Read raw log files (vLLM, NCCL, PyTorch, kernel, JSON lines) into log records and vLLM stats.
 
 :func:`read_logs` turns files (plain, ``.gz``, ``.jsonl``, globs, folders) into a
-:class:`LogResult`: one :data:`~perfkit.frames.LOG_SCHEMA` row per recognised line, one
-:data:`~perfkit.frames.STATS_SCHEMA` row per vLLM periodic stats line, and a count of the lines
+:class:`LogResult`: one :data:`~perfkit.core.frames.LOG_SCHEMA` row per recognised line, one
+:data:`~perfkit.core.frames.STATS_SCHEMA` row per vLLM periodic stats line, and a count of the lines
 no parser recognised. Nothing in a log file is fatal: an unreadable or binary file is recorded in
 ``errors`` and the other files are still read.
 
@@ -14,7 +14,7 @@ kind                  line
 ``vllm``              ``(APIServer pid=7) INFO 11-30 00:10:05 [api_server.py:1012] ...`` (also
                       with a ``VLLM_LOGGING_PREFIX``, ANSI colours, or without the process part)
 ``vllm_stats``        a vLLM ``Avg prompt throughput: ...`` stats line (V1 and V0 forms)
-``json``              ``{"ts": ..., "message": ..., "level": ...}`` (see :data:`JSON_TS_KEYS`);
+``json``              ``{"ts": ..., "message": ..., "level": ...}`` (see :data:`~perfkit.sources.log_lines.JSON_TS_KEYS`);
                       a JSON line whose message is a vLLM line (docker json-file) is ``vllm``
 ``cuda_oom``          ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...``
 ``nccl_warn``         ``host:pid:tid [dev] file:line (func) NCCL WARN ...``
@@ -50,28 +50,21 @@ given, a file that resolves (through a symlink) outside ``root`` is not read at 
 from __future__ import annotations
 
 import gzip
-import json
 import os
-import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from glob import glob
 from pathlib import Path
 from typing import IO
 
 import polars as pl
 
-from perfkit.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, Window, to_ms
-from perfkit.safeio import RefusedFile, open_regular, outside, size_text
+from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, Window
+from perfkit.sources.log_lines import _Columns, _empty, _Parser, _Years
+from perfkit.sources.safeio import RefusedFile, open_regular, outside, size_text
 
 PathLike = str | Path
-
-#: JSON keys tried, in order, for the timestamp, the message and the level of a JSON line
-JSON_TS_KEYS = ("ts", "timestamp", "time", "@timestamp")
-JSON_MESSAGE_KEYS = ("message", "msg", "log")
-JSON_LEVEL_KEYS = ("level", "severity", "levelname")
 
 MAX_LINE_BYTES = 64 * 2**10
 """Longest line read: real vLLM, NCCL and PyTorch lines are under 8 KiB, tracebacks come line by line."""
@@ -81,72 +74,6 @@ MAX_FILE_BYTES = 4 * 2**30
 _SNIFF_BYTES = 8192
 _SKIP_BYTES = 64 * 2**10  # piece size when reading past a line that is too long
 _MAX_BAD_FRAC = 0.05
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-
-# -- vLLM ---------------------------------------------------------------------------------------
-# "(APIServer pid=7) INFO 11-30 00:10:05 [loggers.py:335] msg"; vLLM <= 0.6 wrote "loggers.py:335]".
-_VLLM = re.compile(
-    r"(?:\((?P<proc>[^()]*?) pid=(?P<pid>\d+)\) )?"
-    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"(?P<date>\d\d-\d\d) (?P<time>\d\d:\d\d:\d\d)(?:[.,]\d+)? "
-    r"\[?[^\s\[\]]+:\d+\] ?(?P<msg>.*)"
-)
-_VLLM_HINT = re.compile(r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:")  # cheap pre-check
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf)"
-_STATS = re.compile(
-    rf"(?:Engine (?P<engine>\d+): )?Avg prompt throughput: (?P<prompt>{_NUM}) tokens/s, "
-    rf"Avg generation throughput: (?P<gen>{_NUM}) tokens/s, Running: (?P<running>\d+) reqs, "
-    r"(?:Swapped: \d+ reqs, )?(?:Waiting|Pending): (?P<waiting>\d+) reqs"
-)
-_PREEMPTIONS = re.compile(r"Preemptions: (\d+)")
-_KV_USAGE = re.compile(rf"KV cache usage: ({_NUM})%")  # the first: GPU/XPU/... (V0 adds CPU after it)
-_PREFIX_HIT = re.compile(rf"Prefix cache hit rate: (?:GPU: )?({_NUM})%")
-
-# -- signals --------------------------------------------------------------------------------------
-_OOM = re.compile(r"\b(?:CUDA|HIP) out of memory|CUDA error: out of memory")
-# Log lines are hostile input: no pattern here may rescan a line from every position (a 64 KiB
-# "NCCL aaaa..." line took 40 s). The host starts only where a host cannot continue (so a run of
-# host characters is tried once, as the leftmost match would start there anyway), a bracketed
-# time holds no bracket, and the other open-ended parts are bounded.
-_NCCL = re.compile(  # training-metrics.md §5.1, unanchored so "[rank0]:" style prefixes pass
-    r"(?:\[(?P<ts>[^\[\]]{1,64})\] )?(?<![^:\s\[\]])(?P<host>[^:\s\[\]]+):(?P<pid>\d+):(?P<tid>\d+) "
-    r"\[(?P<dev>\d+)\] (?:(?P<file>\S+):(?P<line>\d+) (?:\((?P<func>[^()]{0,256})\) )?)?"
-    r"NCCL (?P<level>WARN|INFO|TRACE) (?P<msg>.*)$"
-)
-_DATALOADER = re.compile(
-    r"DataLoader worker \(pid.{0,256}?\) exited unexpectedly|DataLoader timed out after \d+ seconds"
-    r"|is killed by signal|Unexpected bus error encountered in worker"
-)
-_XID = re.compile(r"NVRM: Xid \((?P<pci>[^()]{0,64})\): (?P<xid>\d+)")
-
-# -- timestamps of lines that are not vLLM / JSON -----------------------------------------------
-_RANK_PREFIX = re.compile(r"\[(?:rank|default)\d+\]:\s?")
-_ISO_TS = re.compile(
-    r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\b"
-)
-_GLOG_TS = re.compile(r"\[?([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?[ \]]")
-_MONTHS = {
-    m: i
-    for i, m in enumerate(
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1
-    )
-}
-_MON = "(" + "|".join(_MONTHS) + ")"
-_SYSLOG_TS = re.compile(_MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d) ")
-_DMESG_T_TS = re.compile(r"\[(?:[A-Z][a-z]{2} )?" + _MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\]")
-
-_LEVELS = {
-    "WARN": "WARNING",
-    "ERR": "ERROR",
-    "FATAL": "CRITICAL",
-    "CRIT": "CRITICAL",
-    "TRACE": "DEBUG",
-    "D": "DEBUG",
-    "I": "INFO",
-    "W": "WARNING",
-    "E": "ERROR",
-    "F": "CRITICAL",
-}
 
 
 @dataclass
@@ -279,9 +206,9 @@ class _TooLarge(OSError):
     """A log file went past :data:`MAX_FILE_BYTES`."""
 
 
-def _open(path: Path) -> tuple[IO[bytes], IO[bytes]]:
+def _open(path: Path) -> tuple[IO[bytes] | gzip.GzipFile, IO[bytes]]:
     """(reader, the file under it): ``path`` opened for reading bytes, gzip decompressed (by magic
-    number, not by name). Only a regular file is opened (:class:`~perfkit.safeio.RefusedFile`)."""
+    number, not by name). Only a regular file is opened (:class:`~perfkit.sources.safeio.RefusedFile`)."""
     fh = open_regular(path)
     try:
         magic = fh.read(2)
@@ -358,7 +285,11 @@ def _not_text(head: bytes) -> str | None:
 
 
 def _lines(
-    fh: IO[bytes], head: bytes, *, limit: int = MAX_LINE_BYTES, max_bytes: int = MAX_FILE_BYTES
+    fh: IO[bytes] | gzip.GzipFile,
+    head: bytes,
+    *,
+    limit: int = MAX_LINE_BYTES,
+    max_bytes: int = MAX_FILE_BYTES,
 ) -> Iterator[bytes | None]:
     """Lines of ``fh`` (without newlines), given the bytes already read from it.
 
@@ -394,338 +325,3 @@ def _lines(
                 if total > max_bytes:
                     raise _TooLarge(f"over the {size_text(max_bytes)} limit for one log file")
             yield None
-
-
-# -- parsing ---------------------------------------------------------------------------------------
-
-
-class _Years:
-    """Epoch milliseconds for year-less stamps, taking the year nearest the window's middle."""
-
-    def __init__(self, window: Window) -> None:
-        self.middle = window.start + (window.end - window.start) / 2
-        self._days: dict[tuple[int, int], int | None] = {}
-        self._by_text: dict[str, int | None] = {}
-
-    def day_ms(self, month: int, day: int) -> int | None:
-        """Epoch ms of 00:00 UTC on ``month``/``day`` of the nearest year; None if no such date."""
-        key = (month, day)
-        if key not in self._days:
-            self._days[key] = self._nearest(month, day)
-        return self._days[key]
-
-    def _nearest(self, month: int, day: int) -> int | None:
-        best: tuple[timedelta, datetime] | None = None
-        for year in (self.middle.year - 1, self.middle.year, self.middle.year + 1):
-            try:
-                midnight = datetime(year, month, day, tzinfo=UTC)
-            except ValueError:
-                continue
-            distance = abs(midnight + timedelta(hours=12) - self.middle)
-            if best is None or distance < best[0]:
-                best = (distance, midnight)
-        return None if best is None else to_ms(best[1])
-
-    def stamp_ms(self, date: str, time: str) -> int | None:
-        """Epoch ms of a vLLM stamp (``"11-30"``, ``"00:10:05"``); None when it is not a valid time."""
-        base = self._by_text.get(date, -1)
-        if base == -1:
-            base = self._by_text[date] = self.day_ms(int(date[:2]), int(date[3:5]))
-        hh, mm, ss = int(time[:2]), int(time[3:5]), int(time[6:8])
-        if base is None or hh > 23 or mm > 59 or ss > 60:
-            return None
-        return base + ((hh * 60 + mm) * 60 + ss) * 1000
-
-    def ms(self, month: int, day: int, hh: int, mm: int, ss: int, frac_ms: int = 0) -> int | None:
-        """Epoch ms of a year-less stamp, or None when it is not a valid time."""
-        if hh > 23 or mm > 59 or ss > 60:
-            return None
-        base = self.day_ms(month, day)
-        return None if base is None else base + ((hh * 60 + mm) * 60 + ss) * 1000 + frac_ms
-
-
-class _Columns:
-    """Rows the parsers append to; :meth:`frames` turns them into the two frames."""
-
-    def __init__(self) -> None:
-        self.log_rows: list[tuple[object, ...]] = []
-        self.stats_rows: list[tuple[object, ...]] = []
-
-    def record(self, ts: int | None, source: str, line: int, kind: str, level: str | None, msg: str) -> None:
-        self.log_rows.append((ts, source, line, kind, level, msg))
-
-    def stats_row(self, ts: int | None, m: re.Match[str], text: str) -> None:
-        """Append the stats of one vLLM stats line (``m`` matched :data:`_STATS` in ``text``)."""
-        rest = text[m.end() :]
-        preemptions = _PREEMPTIONS.search(rest) if "Preemptions" in rest else None
-        kv = _KV_USAGE.search(rest)
-        prefix = _PREFIX_HIT.search(rest)
-        engine, prompt, gen, running, waiting = m.groups()
-        self.stats_rows.append(
-            (
-                ts,
-                str(int(engine)) if engine else "0",
-                float(prompt),
-                float(gen),
-                int(running),
-                int(waiting),
-                float(kv[1]) / 100 if kv else None,
-                float(prefix[1]) / 100 if prefix else None,
-                int(preemptions[1]) if preemptions else None,
-            )
-        )
-
-    def frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """(records, stats) with their schemas; ts columns are UTC datetimes in ms."""
-        records = _build(self.log_rows, LOG_SCHEMA)
-        stats = _build(self.stats_rows, STATS_SCHEMA).sort("ts", nulls_last=True, maintain_order=True)
-        return records, stats
-
-
-def _build(rows: list[tuple[object, ...]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    """A frame with ``schema`` from row tuples in schema order (``ts`` given in epoch ms)."""
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    data = {
-        name: pl.Series(name, values, dtype=pl.Int64).cast(TS_DTYPE)
-        if name == "ts"
-        else pl.Series(name, values, dtype=dtype)
-        for (name, dtype), values in zip(schema.items(), columns, strict=True)
-    }
-    return pl.DataFrame(data, schema=schema)
-
-
-def _empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    return pl.DataFrame(schema=schema)
-
-
-class _Parser:
-    """Classifies the lines of one file, carrying the last timestamp forward."""
-
-    def __init__(self, out: _Columns, years: _Years, source: str) -> None:
-        self.out = out
-        self.years = years
-        self.source = source
-        self.last_ts: int | None = None
-        self.unknown = 0
-
-    def feed(self, lineno: int, text: str) -> None:
-        """Classify one line (newline optional) and append what it gives."""
-        if "\x1b" in text:
-            text = _ANSI.sub("", text)
-        text = text.rstrip()
-        if not text:
-            return
-        if text[0] == "{" and self._json(lineno, text):
-            return
-        m = _VLLM.search(text) if _VLLM_HINT.search(text) else None
-        if m is None:
-            self._plain(lineno, text)
-            return
-        date, time, level, msg = m.group("date", "time", "level", "msg")
-        self._classified(
-            lineno, self._carry(self.years.stamp_ms(date, time)), level, msg, default_kind="vllm"
-        )
-
-    def _json(self, lineno: int, text: str) -> bool:
-        fields = _json_fields(text)
-        if fields is None:
-            return False
-        ts, level, message = fields
-        kind = "json"
-        inner = _VLLM.search(message) if _VLLM_HINT.search(message) else None
-        if inner is not None:  # a vLLM line shipped as JSON (docker json-file, fluent-bit ...)
-            kind, message = "vllm", inner["msg"]
-            level = level or inner["level"]
-        self._classified(lineno, self._carry(ts), level, message, default_kind=kind)
-        return True
-
-    def _classified(
-        self, lineno: int, ts: int | None, level: str | None, msg: str, *, default_kind: str
-    ) -> None:
-        """Record a vLLM or JSON line; a signal or stats in its message decides the kind."""
-        signal = _signal(msg)
-        if signal is not None:
-            kind, implied = signal
-            level = level or implied
-        else:
-            stats = _STATS.search(msg) if "Avg prompt throughput" in msg else None
-            kind = default_kind if stats is None else "vllm_stats"
-            if stats is not None:
-                self.out.stats_row(ts, stats, msg)
-        self.out.record(ts, self.source, lineno, kind, level, msg)
-
-    def _plain(self, lineno: int, text: str) -> None:
-        """A line in no structured format: a record if it holds a signal or vLLM stats."""
-        own_ts, level = _leading_ts(text, self.years)
-        ts = self._carry(own_ts)
-        signal = _signal(text)
-        if signal is not None:
-            kind, implied = signal
-            self.out.record(ts, self.source, lineno, kind, level or implied, text)
-            return
-        stats = _STATS.search(text) if "Avg prompt throughput" in text else None
-        if stats is None:
-            self.unknown += 1
-            return
-        self.out.stats_row(ts, stats, text)
-        self.out.record(ts, self.source, lineno, "vllm_stats", level, text)
-
-    def _carry(self, ts: int | None) -> int | None:
-        """``ts`` if the line has one (and remember it), else the last one seen in this file."""
-        if ts is None:
-            return self.last_ts
-        self.last_ts = ts
-        return ts
-
-
-def _signal(text: str) -> tuple[str, str | None] | None:
-    """(kind, implied level) of the signal in ``text`` (cuda_oom, nccl_*, dataloader_error, xid), or None."""
-    if "out of memory" in text and _OOM.search(text):
-        return "cuda_oom", "ERROR"
-    if "NCCL" in text:
-        if "Watchdog caught collective operation timeout" in text:
-            return "nccl_timeout", "ERROR"
-        if "NCCL error in:" in text or "NCCL communicator was aborted" in text:
-            return "nccl_error", "ERROR"
-        m = _NCCL.search(text) if "NCCL " in text else None
-        if m is not None:
-            level = m["level"]
-            return ("nccl_warn" if level == "WARN" else "nccl_info"), _LEVELS.get(level, level)
-    if ("DataLoader" in text or "killed by signal" in text or "bus error" in text) and _DATALOADER.search(
-        text
-    ):
-        return "dataloader_error", "ERROR"
-    if "NVRM: Xid" in text and _XID.search(text):
-        return "xid", "ERROR"
-    return None
-
-
-def normalize_level(level: object) -> str | None:
-    """Upper-case level name with aliases folded (``warn`` → ``WARNING``, glog ``E`` → ``ERROR``)."""
-    if level is None or isinstance(level, bool):
-        return None
-    text = str(level).strip().upper()
-    if not text:
-        return None
-    return _LEVELS.get(text, text)
-
-
-# -- timestamps ------------------------------------------------------------------------------------
-
-
-def _leading_ts(text: str, years: _Years) -> tuple[int | None, str | None]:
-    """(epoch ms, level) from a timestamp at the start of ``text``; (None, None) when there is none.
-
-    Understands ISO 8601 (``2026-11-30 02:10:01,123``, optionally in brackets, as NCCL writes
-    it), glog (``[E1130 02:10:01.123456 file.cpp:12]``, which also gives the level), syslog
-    (``Nov 30 02:10:01 host kernel:``) and ``dmesg -T`` (``[Mon Nov 30 02:10:01 2026]``),
-    after an optional ``[rank0]:`` prefix.
-    """
-    if text.startswith(("[rank", "[default")):
-        m = _RANK_PREFIX.match(text)
-        if m:
-            text = text[m.end() :]
-    first = text[:1]
-    if first.isdigit() or first == "[":
-        m = _ISO_TS.match(text)
-        if m:
-            return _iso_ms(m), None
-    if first in "[IWEF":
-        m = _GLOG_TS.match(text)
-        if m:
-            ms = years.ms(int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]), _frac_ms(m[7]))
-            return ms, normalize_level(m[1])
-    if first == "[":
-        m = _DMESG_T_TS.match(text)
-        if m:
-            return _calendar_ms(int(m[6]), _MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5])), None
-    elif first in "JFMASOND":
-        m = _SYSLOG_TS.match(text)
-        if m:
-            return years.ms(_MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5])), None
-    return None, None
-
-
-def _frac_ms(digits: str | None) -> int:
-    """Milliseconds in a fraction-of-second digit string (``"123456"`` → 123)."""
-    return int((digits + "000")[:3]) if digits else 0
-
-
-def _calendar_ms(year: int, month: int, day: int, hh: int, mm: int, ss: int, frac_ms: int = 0) -> int | None:
-    try:
-        return to_ms(datetime(year, month, day, hh, mm, min(ss, 59), tzinfo=UTC)) + frac_ms
-    except ValueError:
-        return None
-
-
-def _iso_ms(m: re.Match[str]) -> int | None:
-    """Epoch ms of an :data:`_ISO_TS` match; no zone means UTC."""
-    ms = _calendar_ms(*(int(m[i]) for i in range(1, 7)), _frac_ms(m[7]))  # type: ignore[misc]
-    zone = m[8]
-    if ms is None or not zone or zone == "Z":
-        return ms
-    sign = -1 if zone[0] == "-" else 1
-    digits = zone[1:].replace(":", "")
-    offset_min = int(digits[:2]) * 60 + int(digits[2:])
-    return ms - sign * offset_min * 60_000
-
-
-def epoch_ms(value: float) -> int:
-    """Epoch milliseconds from a number in epoch seconds, ms, µs or ns (chosen by magnitude)."""
-    size = abs(value)
-    if size >= 1e17:
-        return round(value / 1e6)
-    if size >= 1e14:
-        return round(value / 1e3)
-    if size >= 1e11:
-        return round(value)
-    return round(value * 1000)
-
-
-def _json_ts(value: object) -> int | None:
-    """Epoch ms of a JSON timestamp (ISO string, or epoch s/ms/µs/ns as a number or string)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return epoch_ms(value) if value == value else None
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    try:
-        return epoch_ms(float(text))
-    except ValueError:
-        pass
-    m = _ISO_TS.fullmatch(text) if text[:1].isdigit() else None
-    if m is None:
-        return None
-    return _iso_ms(m)
-
-
-def _first(obj: dict[str, object], keys: tuple[str, ...]) -> object:
-    for key in keys:
-        value = obj.get(key)
-        if value is not None:
-            return value
-    return None
-
-
-def _json_fields(text: str) -> tuple[int, str | None, str] | None:
-    """(ts ms, level, message) of a JSON log line, or None when it is not one."""
-    try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(obj, dict):
-        return None
-    raw_ts = _first(obj, JSON_TS_KEYS)
-    raw_msg = _first(obj, JSON_MESSAGE_KEYS)
-    if raw_ts is None or raw_msg is None:
-        return None
-    ts = _json_ts(raw_ts)
-    if ts is None:
-        return None
-    message = raw_msg if isinstance(raw_msg, str) else json.dumps(raw_msg)
-    message = message.rstrip("\r\n")
-    if "\x1b" in message:
-        message = _ANSI.sub("", message)
-    return ts, normalize_level(_first(obj, JSON_LEVEL_KEYS)), message

@@ -8,7 +8,7 @@
               "result": [{"stream": {"job": "vllm"}, "values": [["<ns>", "<line>"], ...]}]}}
 
 Loki returns entries with ``start <= ts < end`` and at most ``limit`` of them, so a closed
-:class:`~perfkit.frames.Window` is sent as ``end = window end + 1 ns``, and a page that comes back
+:class:`~perfkit.core.frames.Window` is sent as ``end = window end + 1 ns``, and a page that comes back
 full is followed by another one. As logcli does, the next page starts *at* the last timestamp
 (not one ns after: several entries may share a timestamp and the page may have cut between
 them) and the entries seen already are dropped.
@@ -30,7 +30,7 @@ timeouts and refused connections retried with exponential backoff, every failure
 :class:`~perfkit.errors.SourceError` naming the URL and status, never a credential. ``tenant``
 is sent as ``X-Scope-OrgID`` (multi-tenant Loki, Grafana Cloud).
 
->>> loki = LokiClient("http://127.0.0.1:3100", tenant="prod")  # doctest: +SKIP
+>>> loki = LokiClient(HttpConfig("http://127.0.0.1:3100"), tenant="prod")  # doctest: +SKIP
 >>> loki.read('{job="vllm"}', Window("2026-11-30T00:00:00Z", "2026-11-30T03:00:00Z")).records  # doctest: +SKIP
 """
 
@@ -45,9 +45,18 @@ from typing import Any
 import polars as pl
 import requests
 
+from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, Window
 from perfkit.errors import SourceError
-from perfkit.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, Window
-from perfkit.sources.http import MISSING, Auth, BadShape, HttpSource, check_text_map, kind_of, safe_url, short
+from perfkit.sources.http import (
+    MISSING,
+    BadShape,
+    HttpConfig,
+    HttpSource,
+    check_text_map,
+    kind_of,
+    safe_url,
+    short,
+)
 from perfkit.sources.logs import LogResult, parse_lines
 
 DIRECTIONS = ("forward", "backward")
@@ -84,34 +93,16 @@ class LokiClient(HttpSource):
 
     def __init__(
         self,
-        url: str,
+        config: HttpConfig,
         *,
         session: requests.Session | None = None,
-        auth: Auth | None = None,
-        verify: bool = True,
-        ca_file: str | None = None,
-        timeout_s: float = 30.0,
-        total_timeout_s: float | None = None,
-        retries: int = 3,
-        backoff_s: float = 0.5,
-        limit: int = 5000,
         sleep: Callable[[float], None] = time.sleep,
+        limit: int = 5000,
         tenant: str | None = None,
     ) -> None:
         if limit < 1:
             raise ValueError(f"limit must be positive, got {limit}")
-        super().__init__(
-            url,
-            session=session,
-            auth=auth,
-            verify=verify,
-            ca_file=ca_file,
-            timeout_s=timeout_s,
-            total_timeout_s=total_timeout_s,
-            retries=retries,
-            backoff_s=backoff_s,
-            sleep=sleep,
-        )
+        super().__init__(config, session=session, sleep=sleep)
         self.limit = limit
         self.tenant = tenant
 

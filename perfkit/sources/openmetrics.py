@@ -1,4 +1,4 @@
-"""Read OpenMetrics / Prometheus text exposition into a :class:`~perfkit.frames.MetricStore`.
+"""Read OpenMetrics / Prometheus text exposition into a :class:`~perfkit.core.frames.MetricStore`.
 
 This is the hot path of the embedded default, so the line work runs inside polars (Rust):
 one regex pass splits every sample line into name, label block, value and timestamp, and only
@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from perfkit.core.frames import TS_DTYPE, MetricStore, sort_series, to_ms
 from perfkit.errors import BundleError
-from perfkit.frames import TS_DTYPE, MetricStore, sort_series, to_ms
-from perfkit.safeio import RefusedFile, open_regular, size_text
+from perfkit.sources.safeio import RefusedFile, open_regular, size_text
 
 MAX_FILE_BYTES = 2 * 2**30
 """Largest exposition file read: hours of every exporter of a node at 15 s scrapes is ~100s of MiB."""

@@ -2,7 +2,7 @@
 
 Works unchanged against Prometheus and VictoriaMetrics (single node or cluster ``/select/0/prometheus``)
 and other engines with the same API (Thanos, Mimir). :class:`PrometheusEngine` evaluates
-:mod:`perfkit.query.ops` expressions by translating them to PromQL (never pulling raw buckets to
+:mod:`perfkit.engine.ops` expressions by translating them to PromQL (never pulling raw buckets to
 compute what the server can compute); :class:`PrometheusClient` is the HTTP layer:
 
 * long ranges are split so no request asks for more than ``max_points`` points per series (the
@@ -36,21 +36,21 @@ from typing import Any
 import polars as pl
 import requests
 
+from perfkit.core.frames import TS_DTYPE, to_ms, utc
+from perfkit.engine.ops import Expr, validate
+from perfkit.engine.promql import to_promql
 from perfkit.errors import SourceError
-from perfkit.frames import TS_DTYPE, to_ms, utc
-from perfkit.query.ops import Expr, validate
-from perfkit.query.promql import to_promql
-from perfkit.safeio import size_text
 from perfkit.sources.http import (
     MAX_LABEL_VALUE_BYTES,
     MISSING,
-    Auth,
     BadShape,
+    HttpConfig,
     HttpSource,
     check_text_map,
     kind_of,
     short,
 )
+from perfkit.sources.safeio import size_text
 
 MAX_POINTS = 11_000
 RESULT_TYPES = ("matrix", "vector", "scalar", "string")
@@ -64,32 +64,14 @@ class PrometheusClient(HttpSource):
 
     def __init__(
         self,
-        url: str,
+        config: HttpConfig,
         *,
         session: requests.Session | None = None,
-        auth: Auth | None = None,
-        verify: bool = True,
-        ca_file: str | None = None,
-        timeout_s: float = 30.0,
-        total_timeout_s: float | None = None,
-        retries: int = 3,
-        backoff_s: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
         max_workers: int = 4,
         max_points: int = MAX_POINTS,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        super().__init__(
-            url,
-            session=session,
-            auth=auth,
-            verify=verify,
-            ca_file=ca_file,
-            timeout_s=timeout_s,
-            total_timeout_s=total_timeout_s,
-            retries=retries,
-            backoff_s=backoff_s,
-            sleep=sleep,
-        )
+        super().__init__(config, session=session, sleep=sleep)
         self.max_workers = max_workers
         self.max_points = max_points
 

@@ -1,4 +1,4 @@
-"""Release history as an events frame (:data:`~perfkit.frames.EVENTS_SCHEMA`) from three kinds of source.
+"""Release history as an events frame (:data:`~perfkit.core.frames.EVENTS_SCHEMA`) from three kinds of source.
 
 * **files**: :func:`read_release_file` reads ``events.csv`` (the bundle format), or a JSON or
   YAML list of objects with the same keys (``ts`` required; ``kind`` defaults to ``deploy``)::
@@ -22,20 +22,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import polars as pl
 import yaml
 
+from perfkit.core.frames import EVENTS_SCHEMA, Window, utc
+from perfkit.engine import ops
 from perfkit.errors import BundleError, SourceError
-from perfkit.frames import EVENTS_SCHEMA, Window, utc
-from perfkit.query import ops
-from perfkit.safeio import RefusedFile, open_regular, read_capped
-from perfkit.safeyaml import MAX_YAML_BYTES, YamlError, loads_yaml
 from perfkit.sources.events import KINDS, empty_events, parse_ts, read_events
+from perfkit.sources.safeio import RefusedFile, open_regular, read_capped
+from perfkit.sources.safeyaml import MAX_YAML_BYTES, YamlError, loads_yaml
 
 FIELDS = ("ts", "kind", "service", "version", "detail")
 MAX_RELEASE_BYTES = MAX_YAML_BYTES  # a deploy history of ~50,000 entries; larger is not a release file
@@ -43,8 +43,8 @@ _SEP = "\x1f"  # unit separator between git's output fields: never in a ref name
 
 
 class RangeEngine(Protocol):
-    """Anything that evaluates a :mod:`perfkit.query.ops` expression over a time range
-    (:class:`~perfkit.query.local.LocalEngine`, :class:`~perfkit.sources.prometheus.PrometheusEngine`)."""
+    """Anything that evaluates a :mod:`perfkit.engine.ops` expression over a time range
+    (:class:`~perfkit.engine.local.LocalEngine`, :class:`~perfkit.sources.prometheus.PrometheusEngine`)."""
 
     def range(self, expr: ops.Expr, start: datetime, end: datetime, step_s: float) -> pl.DataFrame: ...
 
@@ -341,7 +341,9 @@ def info_metric_releases(
 def merge_releases(*frames: pl.DataFrame) -> pl.DataFrame:
     """One EVENTS_SCHEMA frame sorted by ``ts``; rows with the same ts, kind and version are kept once
     (the first given wins, so pass the most detailed source first)."""
-    parts = [f.select(list(EVENTS_SCHEMA)).cast(EVENTS_SCHEMA) for f in frames if f.height]
+    # DataFrame.cast takes a Mapping keyed by names, selectors or dtypes (keys are invariant); ours are names.
+    schema = cast(Mapping[Any, Any], EVENTS_SCHEMA)
+    parts = [f.select(list(EVENTS_SCHEMA)).cast(schema) for f in frames if f.height]
     if not parts:
         return empty_events()
     merged = pl.concat(parts).unique(subset=["ts", "kind", "version"], keep="first", maintain_order=True)

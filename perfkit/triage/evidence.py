@@ -5,17 +5,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
 
-from perfkit import signals as S
 from perfkit.analyses.baseline import BaselineComparison, compare
 from perfkit.analyses.release import ReleaseCorrelation, correlate
 from perfkit.analyses.stages import StageBreakdown, breakdown
-from perfkit.frames import Window
-from perfkit.incident import Incident
+from perfkit.core.frames import Window
+from perfkit.core.incident import Incident
+from perfkit.engine import signals as S
 from perfkit.triage import thresholds as T
 from perfkit.triage.training import gather_training
 
@@ -79,10 +79,10 @@ def _bucket_at_least(bounds: list[float], value: float) -> float | None:
     return min(above) if above else None
 
 
-def _bounds(engine, signal: str, window: Window) -> list[float]:
+def _bounds(engine: S.Engine, signal: str, window: Window) -> list[float]:
     """A histogram's finite bucket bounds: ``count by (le) (last_over_time(...))`` (one small query,
     answered by the server on a live engine, instead of pulling every bucket sample)."""
-    from perfkit.query import ops
+    from perfkit.engine import ops
 
     res = S.resolve(engine, signal)
     if not res.found:
@@ -96,7 +96,7 @@ def _bounds(engine, signal: str, window: Window) -> list[float]:
     return sorted({float(le) for le in frame["le"].unique().to_list() if le not in ("+Inf", "Inf", "")})
 
 
-def interference(engine, inc: Incident, base: BaselineComparison) -> Interference:
+def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> Interference:
     """Long-prompt arrivals vs ITL stalls, minute by minute, in the incident window."""
     out = Interference()
     window, baseline = inc.window, inc.baseline
@@ -180,7 +180,7 @@ def _chunked_prefill(logs: pl.DataFrame | None) -> bool | None:
     return "enable_chunked_prefill=True" in text
 
 
-def _gpu_host(engine, inc: Incident) -> tuple[dict, dict]:
+def _gpu_host(engine: S.Engine, inc: Incident) -> tuple[dict[str, float | None], dict[str, float | None]]:
     gpu: dict[str, float | None] = {}
     host: dict[str, float | None] = {}
     for side, w in (("incident", inc.window), ("baseline", inc.baseline)):
@@ -212,18 +212,18 @@ def _gpu_host(engine, inc: Incident) -> tuple[dict, dict]:
     return gpu, host
 
 
-def _busiest_cpu(engine, w: Window) -> float | None:
+def _busiest_cpu(engine: S.Engine, w: Window) -> float | None:
     """Busy fraction of the busiest CPU over the window (pinned DataLoader workers show here)."""
-    from perfkit.query import ops
+    from perfkit.engine import ops
 
     res = S.resolve(engine, "node_cpu")
-    if not res.found:
+    if res.metric is None:
         return None
     expr = ops.aggregate("min", ops.rate(ops.Selector(res.metric).where(mode="idle"), w.seconds), "instance")
     frame = engine.instant(expr, w.end)
     if not frame.height:
         return None
-    return float(1 - frame["value"].min())  # type: ignore[operator]
+    return float(1 - cast(float, frame["value"].min()))  # a Float64 column: its min is a float
 
 
 OOM_NUMBERS = re.compile(r"Tried to allocate ([\d.]+) ([KMG])iB.*?of which ([\d.]+) ([KMG])iB is free")
@@ -251,7 +251,7 @@ TRAINING = ("train_step_duration_seconds", "train_data_wait_seconds", "train_com
 
 
 def gather(
-    engine,
+    engine: S.Engine,
     inc: Incident,
     *,
     events: pl.DataFrame,

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from perfkit.findings import jsonable
+from perfkit.core.findings import jsonable
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
 from perfkit.triage.rows import EXPLAINS, ROWS, Detection, Row, Verification
@@ -68,7 +68,7 @@ class TriageResult:
                     else None,
                 }
             )
-        return jsonable(
+        out: dict[str, Any] = jsonable(  # jsonable keeps a mapping a dict
             {
                 "incident": self.incident,
                 "window": self.window,
@@ -77,6 +77,7 @@ class TriageResult:
                 "missing": self.missing,
             }
         )
+        return out
 
     def table(self) -> pl.DataFrame:
         return pl.DataFrame(
@@ -155,7 +156,7 @@ def triage_evidence(
 def triage_bundle(path: Any) -> TriageResult:
     """The triage table on an incident bundle folder: what ``perfkit triage --bundle``, drills and
     grading all run (one seam, so they cannot disagree)."""
-    from perfkit.query.local import LocalEngine
+    from perfkit.engine.local import LocalEngine
     from perfkit.sources.bundle import load_bundle
 
     b = load_bundle(path)

@@ -9,12 +9,12 @@ absolute minute-to-minute changes of the loss (relative to its level) and the co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from perfkit import signals as S
-from perfkit.incident import Incident
+from perfkit.core.incident import Incident
+from perfkit.engine import signals as S
 
 SPIKE_MADS = 6.0  # a loss point more than 6 MADs above its rolling median is a spike
 
@@ -65,7 +65,9 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
         ev.step_s[side] = step
         # The slowest rank sets a synchronous job's pace: at each step take the rank that waited most.
         waits = S.gauge_series(engine, "train_data_wait", w, 15.0, combine="max")
-        ev.data_wait_share[side] = _share(float(waits["value"].mean()) if waits.height else None, step)
+        ev.data_wait_share[side] = _share(
+            float(cast(float, waits["value"].mean())) if waits.height else None, step
+        )
         ev.comm_share[side] = _share(S.gauge_stat(engine, "train_comm", w, "avg", combine="avg"), step)
         ev.tokens_per_s[side] = S.counter_rate(engine, "train_tokens", w)
         loss = S.gauge_series(engine, "train_loss", w, 60.0, combine="avg")

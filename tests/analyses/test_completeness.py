@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 
 from perfkit.analyses.completeness import completeness
-from perfkit.frames import EVENTS_SCHEMA, Window, iso
-from perfkit.query.local import LocalEngine
+from perfkit.core.frames import EVENTS_SCHEMA, Window, iso
+from perfkit.engine.local import LocalEngine
 from perfkit.sources.openmetrics import parse_text
 
 B = 1_795_996_800  # a multiple of 15 s

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from perfkit.analyses.cost import cost, usd_per_million_tokens
-from perfkit.frames import Window
-from perfkit.incident import Hardware
-from perfkit.query.local import LocalEngine
+from perfkit.core.frames import Window
+from perfkit.core.incident import Hardware
+from perfkit.engine.local import LocalEngine
 from perfkit.sources.openmetrics import parse_text
 
 B = 1_795_996_800

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from perfkit.frames import Window
-from perfkit.query.local import LocalEngine
+from perfkit.core.frames import Window
+from perfkit.engine.local import LocalEngine
 from perfkit.sources.openmetrics import parse_text
 
 B = 1_795_996_800

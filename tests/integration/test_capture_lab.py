@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.cli import cli
-from perfkit.query.local import LocalEngine
+from perfkit.app.cli import cli
+from perfkit.engine.local import LocalEngine
 from perfkit.sources.bundle import load_bundle
 from perfkit.triage.evidence import gather
 from perfkit.triage.table import run
@@ -120,8 +120,8 @@ def test_runbook_on_the_printed_lab_url_gives_the_bundles_findings(tmp_path, mon
     """The issue's promise, as a new user follows it: lab up, paste the printed parameters, run."""
     import ast
 
-    from perfkit.findings import findings_from_notebook
-    from perfkit.run import execute
+    from perfkit.app.run import execute
+    from perfkit.core.findings import findings_from_notebook
 
     monkeypatch.setenv("PERFKIT_LAB_DIR", str(tmp_path / "lab"))
     source = SCENARIOS / "release-regression"

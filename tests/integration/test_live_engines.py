@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from perfkit.engine.local import LocalEngine
 from perfkit.lab.servers import start
-from perfkit.query.local import LocalEngine
 from perfkit.sources.bundle import load_bundle
+from perfkit.sources.http import HttpConfig
 from perfkit.sources.prometheus import PrometheusClient, PrometheusEngine
 from perfkit.triage.evidence import gather
 from perfkit.triage.table import run
@@ -58,7 +59,7 @@ def test_same_numbers_and_triage_on_both_engines(name, engine_name, tmp_path):
     server = start(engine_name, SCENARIOS / name, tmp_path / engine_name)
     try:
         remote_engine = PrometheusEngine(
-            PrometheusClient(server.url), start=inc.baseline.start, end=inc.window.end
+            PrometheusClient(HttpConfig(server.url)), start=inc.baseline.start, end=inc.window.end
         )
         remote = gather(remote_engine, inc, events=bundle.events, logs=bundle.logs)
     finally:

@@ -12,10 +12,10 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from perfkit.cli import cli
-from perfkit.findings import findings_from_notebook
+from perfkit.app.cli import cli
+from perfkit.app.run import execute
+from perfkit.core.findings import findings_from_notebook
 from perfkit.lab.servers import free_port, start
-from perfkit.run import execute
 
 pytestmark = [pytest.mark.integration, pytest.mark.notebook]
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"

@@ -23,9 +23,9 @@ import polars as pl
 import pytest
 import requests
 
-from perfkit.query import ops
-from perfkit.query.local import LocalEngine
-from perfkit.query.promql import to_promql
+from perfkit.engine import ops
+from perfkit.engine.local import LocalEngine
+from perfkit.engine.promql import to_promql
 from perfkit.sources.openmetrics import parse_text
 
 pytestmark = pytest.mark.integration

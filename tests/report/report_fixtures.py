@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from perfkit.findings import MIME, Finding
+from perfkit.core.findings import MIME, Finding
 
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 CANARY = "abc123secretvalue0123456789xyz"
@@ -137,7 +137,7 @@ POSTMORTEM_DATA: dict[str, Any] = {
 
 
 def finding_output(finding: Finding) -> Any:
-    """The display_data output ``perfkit.findings.record`` produces."""
+    """The display_data output ``perfkit.core.findings.record`` produces."""
     return new_output("display_data", data={MIME: finding.to_json(), "text/plain": ""})
 
 
@@ -216,7 +216,7 @@ def make_notebook(
         cells.append(injected)
     for finding in findings:
         cells.append(new_markdown_cell(f"## {finding.title}"))
-        cell = new_code_cell("perfkit.findings.record(finding)")
+        cell = new_code_cell("perfkit.core.findings.record(finding)")
         cell.outputs = [finding_output(finding)]
         cells.append(cell)
     if error is not None:

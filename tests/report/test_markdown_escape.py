@@ -19,9 +19,9 @@ import pytest
 from markdown_it import MarkdownIt
 from report_fixtures import POSTMORTEM_DATA, bar_figure, timeseries_figure
 
-from perfkit.findings import Finding
+from perfkit.core.findings import Finding
 from perfkit.report import render_postmortem
-from perfkit.report.render import md_cell, md_escape, md_oneline
+from perfkit.report.markdown import md_cell, md_escape, md_oneline
 
 IMG = "![x](http://evil.example/x.png)"
 LINK = "[click](javascript:alert(1))"

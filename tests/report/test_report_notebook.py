@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from report_fixtures import CANARY, finding_output
 
+from perfkit.core.findings import MIME, Finding
 from perfkit.errors import ConfigError
-from perfkit.findings import MIME, Finding
 from perfkit.report.notebook import (
     looks_like_secret,
     read_executed_notebook,

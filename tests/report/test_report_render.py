@@ -15,10 +15,10 @@ import pytest
 from plotly.offline import get_plotlyjs
 from report_fixtures import CANARY, MISSING_DCGM, POSTMORTEM_DATA, TRIAGE_DATA, XSS, full_findings
 
+from perfkit.core.findings import Finding
 from perfkit.errors import ConfigError
-from perfkit.findings import Finding
 from perfkit.report import render_postmortem
-from perfkit.report.render import md_table
+from perfkit.report.markdown import md_table
 
 XSS_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

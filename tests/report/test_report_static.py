@@ -13,8 +13,9 @@ import pytest
 from plotly.subplots import make_subplots
 from report_fixtures import T0, bar_figure, timeseries_figure
 
-from perfkit.findings import jsonable
-from perfkit.report.static import decode_array, figure_to_png, parse_datetime
+from perfkit.core.findings import jsonable
+from perfkit.report.figure_json import decode_array, parse_datetime
+from perfkit.report.static import figure_to_png
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

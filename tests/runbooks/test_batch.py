@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.cli import cli
+from perfkit.app.cli import cli
 
 pytestmark = pytest.mark.notebook
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"

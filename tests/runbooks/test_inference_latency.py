@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.findings import findings_from_notebook
-from perfkit.run import execute
+from perfkit.app.run import execute
+from perfkit.core.findings import findings_from_notebook
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
 

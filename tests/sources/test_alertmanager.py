@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
+from perfkit.core.frames import Window
 from perfkit.errors import SourceError
-from perfkit.frames import Window
 from perfkit.lab.servers import free_port
 from perfkit.sources.alertmanager import AlertmanagerClient, alerts_to_events, parse_time
-from perfkit.sources.http import Auth
+from perfkit.sources.http import Auth, HttpConfig
 
 URL = "http://am.test:9093"
 ALERTS = URL + "/api/v2/alerts"
@@ -57,7 +57,7 @@ def test_real_alertmanager_timeline(alertmanager):
             },
         ],
     )
-    client = AlertmanagerClient(alertmanager)
+    client = AlertmanagerClient(HttpConfig(alertmanager, timeout_s=10))
 
     listed = client.alerts()
     assert sorted(a["labels"]["alertname"] for a in listed) == ["GPUXid", "TTFTHigh"]
@@ -96,7 +96,7 @@ def test_real_alertmanager_drops_an_alert_when_it_ends(alertmanager):
             }
         ],
     )
-    client = AlertmanagerClient(alertmanager)
+    client = AlertmanagerClient(HttpConfig(alertmanager, timeout_s=10))
     window = Window(now - timedelta(hours=1), now + timedelta(hours=1))
     before = client.timeline_events(window)
     assert before["detail"].to_list() == ["ShortLived firing: ends in 2 s"]
@@ -130,7 +130,7 @@ def test_real_alertmanager_silenced_filter(alertmanager):
     }
     resp = requests.post(f"{alertmanager}/api/v2/silences", json=silence, timeout=5)
     assert resp.status_code == 200, resp.text
-    client = AlertmanagerClient(alertmanager)
+    client = AlertmanagerClient(HttpConfig(alertmanager, timeout_s=10))
     deadline = time.monotonic() + 10
     while {a["labels"]["alertname"]: a["status"]["state"] for a in client.alerts()}.get(
         "Noisy"
@@ -227,7 +227,8 @@ class FakeSession(requests.Session):
 def client(answers: list[object], **kwargs) -> tuple[AlertmanagerClient, FakeSession, list[float]]:
     session = FakeSession(answers)
     sleeps: list[float] = []
-    return AlertmanagerClient(URL, session=session, sleep=sleeps.append, **kwargs), session, sleeps
+    am = AlertmanagerClient(HttpConfig(URL, **kwargs), session=session, sleep=sleeps.append)
+    return am, session, sleeps
 
 
 ONE = [alert("TTFTHigh", "2026-11-30T01:10:00Z", "2026-11-30T05:00:00Z", service="vllm-chat")]
@@ -293,14 +294,16 @@ def test_connection_refused_and_timeout():
 
 
 def test_connection_refused_by_a_real_closed_port():
-    am = AlertmanagerClient(f"http://127.0.0.1:{free_port()}", retries=1, sleep=lambda s: None, timeout_s=2)
+    am = AlertmanagerClient(
+        HttpConfig(f"http://127.0.0.1:{free_port()}", retries=1, timeout_s=2), sleep=lambda s: None
+    )
     with pytest.raises(SourceError, match=r"cannot connect \(ConnectionError\) after 2 attempts"):
         am.alerts()
 
 
 def test_credentials_in_the_url_are_not_shown():
     session = FakeSession([response(500, "")])
-    am = AlertmanagerClient("https://admin:hunter2hunter2@am.test/", session=session, retries=0)
+    am = AlertmanagerClient(HttpConfig("https://admin:hunter2hunter2@am.test/", retries=0), session=session)
     with pytest.raises(SourceError) as info:
         am.alerts()
     assert "hunter2" not in str(info.value) and "hunter2" not in repr(am)

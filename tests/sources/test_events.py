@@ -6,8 +6,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from perfkit.core.frames import EVENTS_SCHEMA, Window
 from perfkit.errors import BundleError
-from perfkit.frames import EVENTS_SCHEMA, Window
 from perfkit.sources.events import events_between, format_ts, read_events, write_events
 
 HEADER = "ts,kind,service,version,detail\n"

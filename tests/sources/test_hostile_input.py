@@ -26,11 +26,12 @@ from pathlib import Path
 import pytest
 
 import perfkit
+from perfkit.core.frames import Window
+from perfkit.engine import ops
 from perfkit.errors import BundleError, SourceError
-from perfkit.frames import Window
-from perfkit.query import ops
 from perfkit.sources.alertmanager import AlertmanagerClient
 from perfkit.sources.bundle import load_bundle
+from perfkit.sources.http import HttpConfig
 from perfkit.sources.logs import read_logs
 from perfkit.sources.loki import LokiClient
 from perfkit.sources.openmetrics import read_file
@@ -372,16 +373,16 @@ def nested(depth: int, inner: str = "1") -> str:
 def test_deeply_nested_answers_are_source_errors(answering, depth):
     prom = answering(lambda path: (200, ('{"status": "success", "data": ' + nested(depth) + "}").encode()))
     with pytest.raises(SourceError) as info:
-        PrometheusClient(prom, retries=0).query("up", T0)
+        PrometheusClient(HttpConfig(prom, retries=0)).query("up", T0)
     assert str(info.value) == f"{prom}/api/v1/query: HTTP 200: answer nested deeper than 64 levels"
 
     am = answering(lambda path: (200, nested(depth, "{}").encode()))
     with pytest.raises(SourceError, match=r"/api/v2/alerts: HTTP 200: answer nested deeper than 64 levels"):
-        AlertmanagerClient(am, retries=0).alerts()
+        AlertmanagerClient(HttpConfig(am, retries=0)).alerts()
 
     loki = answering(lambda path: (200, ('{"status": "success", "data": ' + nested(depth) + "}").encode()))
     with pytest.raises(SourceError, match=r"/loki/api/v1/query_range: HTTP 200: answer nested deeper"):
-        LokiClient(loki, retries=0).query_range('{job="vllm"}', WINDOW)
+        LokiClient(HttpConfig(loki, retries=0)).query_range('{job="vllm"}', WINDOW)
 
 
 def test_brackets_inside_strings_do_not_count_and_real_answers_pass(answering):
@@ -391,19 +392,21 @@ def test_brackets_inside_strings_do_not_count_and_real_answers_pass(answering):
         "data": {"resultType": "vector", "result": [{"metric": {"path": deep_text}, "value": [1.5, "2"]}]},
     }
     url = answering(lambda path: (200, json.dumps(body).encode()))
-    assert PrometheusClient(url, retries=0).query("up", T0) == body["data"]
+    assert PrometheusClient(HttpConfig(url, retries=0)).query("up", T0) == body["data"]
     at_cap = {"status": "success", "data": json.loads(nested(62))}  # 64 levels in all: decoded ...
     url = answering(lambda path: (200, json.dumps(at_cap).encode()))
-    assert PrometheusClient(url, retries=0).get("/api/v1/query", {"query": "up"}) == at_cap["data"]
+    assert (
+        PrometheusClient(HttpConfig(url, retries=0)).get("/api/v1/query", {"query": "up"}) == at_cap["data"]
+    )
     with pytest.raises(SourceError, match=r"answer's data is not a mapping"):  # ... but not the shape
-        PrometheusClient(url, retries=0).query("up", T0)
+        PrometheusClient(HttpConfig(url, retries=0)).query("up", T0)
 
 
 def test_answer_larger_than_the_cap_is_a_source_error(answering):
     body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": ["x" * 2**20]}})
     url = answering(lambda path: (200, body.encode()))
     with pytest.raises(SourceError, match=r"/api/v1/query: HTTP 200: answer larger than the 512 KiB limit"):
-        client = PrometheusClient(url, retries=0)
+        client = PrometheusClient(HttpConfig(url, retries=0))
         client.max_answer_bytes = 512 * 2**10
         client.query("up", T0)
 
@@ -458,7 +461,7 @@ def test_server_that_never_answers_fails_within_the_total_deadline(silent_server
     url = silent_server()
     t = time.perf_counter()
     with pytest.raises(SourceError) as info:
-        PrometheusClient(url, timeout_s=0.5).query("up", T0)
+        PrometheusClient(HttpConfig(url, timeout_s=0.5)).query("up", T0)
     elapsed = time.perf_counter() - t
     # 4 x timeout by default: attempt (0.5) + backoff (0.5) + attempt (0.5), then the next backoff
     # (1 s) would pass the 2 s deadline, so it stops
@@ -471,7 +474,7 @@ def test_server_that_never_answers_fails_within_the_total_deadline(silent_server
 @pytest.mark.parametrize("make", [AlertmanagerClient, LokiClient])
 def test_total_timeout_is_configurable_on_every_client(silent_server, make):
     url = silent_server()
-    client = make(url, timeout_s=0.3, total_timeout_s=1.0, backoff_s=0.1)
+    client = make(HttpConfig(url, timeout_s=0.3, total_timeout_s=1.0, backoff_s=0.1))
     t = time.perf_counter()
     with pytest.raises(SourceError, match=r": no answer within 0\.3 s \(total \d\.\d s over \d attempts\)"):
         if make is LokiClient:
@@ -485,7 +488,7 @@ def test_answer_trickling_byte_by_byte_meets_the_deadline(silent_server):
     url = silent_server(trickle_s=0.05)  # each byte well inside the 0.5 s read timeout
     t = time.perf_counter()
     with pytest.raises(SourceError, match=r"no answer within 0\.5 s \(total \d\.\d s over 1 attempt\)"):
-        PrometheusClient(url, timeout_s=0.5, total_timeout_s=1.5).query("up", T0)
+        PrometheusClient(HttpConfig(url, timeout_s=0.5, total_timeout_s=1.5)).query("up", T0)
     assert time.perf_counter() - t < 3
 
 
@@ -619,7 +622,7 @@ def prometheus_answering(answering, query: object, query_range: object, names: o
 def test_prometheus_answers_of_the_wrong_shape_are_source_errors(answering, case):
     data, message = WRONG_SHAPES[case]
     url = prometheus_answering(answering, data, data)
-    client = PrometheusClient(url, retries=0)
+    client = PrometheusClient(HttpConfig(url, retries=0))
     with pytest.raises(SourceError) as info:
         client.query_range("up", T0, T0.replace(hour=3), 15)
     assert str(info.value) == f"{url}/api/v1/query_range: HTTP 200: answer's {message}"
@@ -661,14 +664,14 @@ def test_prometheus_answers_of_the_wrong_shape_are_source_errors(answering, case
 def test_instant_answers_of_the_wrong_shape_are_source_errors(answering, data, message):
     url = prometheus_answering(answering, data, data)
     with pytest.raises(SourceError) as info:
-        PrometheusClient(url, retries=0).query("up", T0)
+        PrometheusClient(HttpConfig(url, retries=0)).query("up", T0)
     assert str(info.value).startswith(f"{url}/api/v1/query: HTTP 200: answer's {message}")
 
 
 def test_result_types_the_caller_cannot_use_are_refused(answering):
     text = {"resultType": "string", "result": [1794448800, "hello"]}
     url = prometheus_answering(answering, text, GOOD_VECTOR)
-    client = PrometheusClient(url, retries=0)
+    client = PrometheusClient(HttpConfig(url, retries=0))
     assert client.query("up", T0) == text  # a well-formed string answer is the API's ...
     engine = PrometheusEngine(client, start=T0, end=T0.replace(hour=3), dialect="prometheus")
     with pytest.raises(
@@ -695,7 +698,7 @@ def test_result_types_the_caller_cannot_use_are_refused(answering):
 def test_label_values_of_the_wrong_shape_are_source_errors(answering, names, message):
     url = prometheus_answering(answering, GOOD_VECTOR, matrix(), names)
     with pytest.raises(SourceError) as info:
-        PrometheusClient(url, retries=0).label_values("__name__", T0, T0.replace(hour=3))
+        PrometheusClient(HttpConfig(url, retries=0)).label_values("__name__", T0, T0.replace(hour=3))
     assert str(info.value) == f"{url}/api/v1/label/__name__/values: HTTP 200: answer's {message}"
 
 
@@ -705,7 +708,7 @@ def test_well_formed_answers_still_read(answering):
     samples = [[1794448800, "NaN"], [1794448815.5, "+Inf"], [1794448830, "-Inf"], [1794448845, "1e-3"]]
     data = matrix(series({"pod": "é" * 8192}, samples), {"metric": {"pod": "h"}, "histograms": []})
     url = prometheus_answering(answering, GOOD_VECTOR, data)
-    client = PrometheusClient(url, retries=0)
+    client = PrometheusClient(HttpConfig(url, retries=0))
     got = client.query_range("up", T0, T0.replace(hour=3), 15)
     assert got[0]["values"] == samples and got[1] == {"metric": {"pod": "h"}, "values": []}
     engine = PrometheusEngine(client, start=T0, end=T0.replace(hour=3), dialect="prometheus")
@@ -731,7 +734,7 @@ CLI_SHAPES = [
 def test_triage_against_a_server_of_the_wrong_shape_says_one_line(answering, case, where):
     from click.testing import CliRunner
 
-    from perfkit.cli import cli
+    from perfkit.app.cli import cli
 
     data, _ = WRONG_SHAPES[case]
     if where == "label values":
@@ -788,7 +791,7 @@ ALERT_SHAPES = {
 def test_alertmanager_answers_of_the_wrong_shape_are_source_errors(answering, case):
     body, message = ALERT_SHAPES[case]
     url = answering(lambda path: (200, json.dumps(body).encode()))
-    client = AlertmanagerClient(url, retries=0)
+    client = AlertmanagerClient(HttpConfig(url, retries=0))
     for call in (client.alerts, lambda: client.timeline_events(WINDOW)):
         with pytest.raises(SourceError) as info:
             call()
@@ -809,7 +812,7 @@ def test_alertmanager_well_formed_answer_still_reads(answering):
         }
     ]
     url = answering(lambda path: (200, json.dumps(body).encode()))
-    client = AlertmanagerClient(url, retries=0, clock=lambda: T0)
+    client = AlertmanagerClient(HttpConfig(url, retries=0), clock=lambda: T0)
     assert client.alerts() == body
     assert client.timeline_events(WINDOW)["detail"].to_list() == ["HighLatency firing: p95 over SLO"]
 
@@ -886,7 +889,7 @@ LOKI_SHAPES = {
 def test_loki_answers_of_the_wrong_shape_are_source_errors(answering, case):
     data, message = LOKI_SHAPES[case]
     url = answering(lambda path: (200, json.dumps({"status": "success", "data": data}).encode()))
-    client = LokiClient(url, retries=0)
+    client = LokiClient(HttpConfig(url, retries=0))
     for call in (
         lambda: client.query_range('{job="vllm"}', WINDOW),
         lambda: client.read('{job="vllm"}', WINDOW),
@@ -903,7 +906,7 @@ def test_loki_well_formed_answer_still_reads(answering):
         {"stream": {"job": "train"}, "values": [[str(int(NS) + 1), "hello"]]},
     )
     url = answering(lambda path: (200, json.dumps({"status": "success", "data": data}).encode()))
-    entries = LokiClient(url, retries=0).query_range('{job=~".+"}', WINDOW)
+    entries = LokiClient(HttpConfig(url, retries=0)).query_range('{job=~".+"}', WINDOW)
     assert [(labels, line[:5]) for _, labels, line in entries] == [
         ({"job": "vllm"}, "2026-"),
         ({"job": "train"}, "hello"),

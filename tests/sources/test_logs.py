@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from perfkit.frames import LOG_SCHEMA, STATS_SCHEMA, Window
+from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, Window
 from perfkit.sources.logs import LogResult, expand, parse_lines, read_logs, source_names
 
 DATA = Path(__file__).parent / "data"

@@ -14,9 +14,9 @@ import polars as pl
 import pytest
 import requests
 
+from perfkit.core.frames import Window
 from perfkit.errors import SourceError
-from perfkit.frames import Window
-from perfkit.sources.http import Auth
+from perfkit.sources.http import Auth, HttpConfig
 from perfkit.sources.loki import LokiClient, stream_names
 
 DATA = Path(__file__).parent / "data" / "loki"
@@ -61,11 +61,16 @@ class FakeSession(requests.Session):
         return answer
 
 
-def client(answers: list[object], **kwargs) -> tuple[LokiClient, FakeSession, list[float]]:
+def client(
+    answers: list[object], *, limit: int = 4, tenant: str | None = None, **http
+) -> tuple[LokiClient, FakeSession, list[float]]:
+    """A client on a fake session; ``http`` are :class:`HttpConfig` settings."""
     session = FakeSession(answers)
     sleeps: list[float] = []
-    kwargs.setdefault("limit", 4)
-    return LokiClient(URL, session=session, sleep=sleeps.append, **kwargs), session, sleeps
+    loki = LokiClient(
+        HttpConfig(URL, **http), session=session, sleep=sleeps.append, limit=limit, tenant=tenant
+    )
+    return loki, session, sleeps
 
 
 def params(start: int, *, end: int = END_NS, limit: int = 4, direction: str = "forward") -> dict[str, str]:

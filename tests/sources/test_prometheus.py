@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from perfkit.errors import SourceError
-from perfkit.sources.prometheus import Auth, PrometheusClient, PrometheusEngine, series_frame
+from perfkit.sources.http import Auth, HttpConfig
+from perfkit.sources.prometheus import PrometheusClient, PrometheusEngine, series_frame
 
 URL = "http://prom.example:9090"
 CANARY = "canary-0badc0ffee1234567890"
@@ -46,10 +47,15 @@ def ok(data) -> Resp:
     return Resp(200, {"status": "success", "data": data})
 
 
-def client(script, **kw) -> tuple[PrometheusClient, FakeSession, list[float]]:
+def client(
+    script, max_points: int | None = None, **http
+) -> tuple[PrometheusClient, FakeSession, list[float]]:
+    """A client on a fake session; ``http`` are :class:`HttpConfig` settings."""
     sleeps: list[float] = []
     session = FakeSession(script)
-    return PrometheusClient(URL, session=session, sleep=sleeps.append, **kw), session, sleeps
+    extra = {} if max_points is None else {"max_points": max_points}
+    c = PrometheusClient(HttpConfig(URL, **http), session=session, sleep=sleeps.append, **extra)
+    return c, session, sleeps
 
 
 def test_retries_5xx_with_backoff_then_succeeds():

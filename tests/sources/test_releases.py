@@ -12,9 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from perfkit.core.frames import EVENTS_SCHEMA, Window
+from perfkit.engine.local import LocalEngine
 from perfkit.errors import BundleError, SourceError
-from perfkit.frames import EVENTS_SCHEMA, Window
-from perfkit.query.local import LocalEngine
 from perfkit.sources.openmetrics import parse_text
 from perfkit.sources.releases import git_releases, info_metric_releases, merge_releases, read_release_file
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.query.local import LocalEngine
+from perfkit.engine.local import LocalEngine
 from perfkit.sources.bundle import load_bundle
 from perfkit.triage.table import triage_bundle
 

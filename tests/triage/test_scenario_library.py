@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.accuracy import grade_bundle, read_answer, scenario_dirs
+from perfkit.app.grading import grade_bundle, read_answer, scenario_dirs
 from perfkit.triage.rows import ROWS
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"

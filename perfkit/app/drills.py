@@ -1,0 +1,94 @@
+"""Drills for new SREs: embedded incidents served as if live, graded against their answer keys."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfkit.app.grading import read_answer, scenario_dirs
+from perfkit.errors import ConfigError
+from perfkit.triage.rows import ROWS
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "data" / "scenarios"
+DIRECTIONS = tuple(r.direction for r in ROWS)
+
+
+@dataclass
+class Drill:
+    name: str
+    difficulty: str
+    brief: str
+    path: Path
+
+
+def drills(root: Path = SCENARIOS) -> list[Drill]:
+    out = []
+    for d in scenario_dirs(root):
+        a = read_answer(d)
+        out.append(Drill(d.name, str(a.get("difficulty", "medium")), str(a.get("brief", "")), d))
+    order = {"easy": 0, "medium": 1, "hard": 2}
+    return sorted(out, key=lambda x: (order.get(x.difficulty, 3), x.name))
+
+
+def find(name: str, root: Path = SCENARIOS) -> Drill:
+    for d in drills(root):
+        if d.name == name:
+            return d
+    raise ConfigError(f"no drill named {name!r}: see `perfkit drill list`")
+
+
+def start(name: str, out: Path, *, root: Path = SCENARIOS) -> tuple[Path, Path]:
+    """Copy the incident (without its answer) into ``out`` and write a runbook parameterized for it.
+
+    Returns (bundle copy, runbook path)."""
+    drill = find(name, root)
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out}: not empty (a drill starts in a fresh folder)")
+    bundle = out / "evidence"
+    shutil.copytree(drill.path, bundle, ignore=shutil.ignore_patterns("answer.yaml"))
+    from perfkit.app.lab_open import write_parameterized
+
+    runbook = write_parameterized(runbook_for(bundle), out, {"bundle": str(bundle.resolve())})
+    return bundle, runbook
+
+
+def runbook_for(bundle: Path) -> str:
+    """training_step for a training job's bundle (its loop exports train_*), else inference_latency."""
+    for om in sorted((bundle / "metrics").glob("*.om")):
+        with om.open("r", encoding="utf-8", errors="replace") as fh:
+            if "train_step_duration_seconds" in fh.read(1 << 20):
+                return "training_step"
+    return "inference_latency"
+
+
+@dataclass
+class Grade:
+    correct: bool
+    version_correct: bool | None
+    answer: dict[str, Any]
+    found: dict[str, Any]  # what perfkit's triage found (rank 1 and its verification)
+
+
+def check(name: str, direction: str, version: str | None = None, *, root: Path = SCENARIOS) -> Grade:
+    if direction not in (*DIRECTIONS, "none"):
+        raise ConfigError(f"unknown direction {direction!r}: one of {', '.join(DIRECTIONS)} or none")
+    drill = find(name, root)
+    answer = read_answer(drill.path)
+    correct = direction == answer["direction"]
+    want_version = answer.get("suspect_version")
+    version_correct = None if want_version is None else (version == want_version)
+    from perfkit.triage.table import triage_bundle
+
+    result = triage_bundle(drill.path)
+    top = result.top
+    found = {
+        "direction": top.row.direction if top else None,
+        "verdict": top.verification.verdict if top else None,
+        "why": top.verification.why if top else "",
+        "check": top.row.check if top else "",
+        "suspect_version": result.suspect_version,
+    }
+    return Grade(correct and version_correct is not False, version_correct, answer, found)

@@ -1,0 +1,135 @@
+"""What an incident is (id, service, window, baseline, SLOs, hardware), and checking one parsed
+from ``incident.yaml`` (reading the file is :mod:`perfkit.sources.incident_file`'s job)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from perfkit.core.frames import Window, utc
+from perfkit.errors import BundleError, ConfigError
+
+SLO_KEYS = ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s", "error_rate_frac")
+
+
+@dataclass
+class Hardware:
+    gpu: str = "unknown"
+    count: int = 1
+    usd_per_gpu_hour: float | None = None
+
+
+@dataclass
+class Incident:
+    id: str
+    title: str
+    service: str
+    window: Window
+    baseline: Window | None = None
+    model: str | None = None
+    slo: dict[str, float] = field(default_factory=dict)
+    hardware: Hardware = field(default_factory=Hardware)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "service": self.service,
+            "model": self.model,
+            "window": self.window.as_dict(),
+            "baseline": self.baseline.as_dict() if self.baseline else None,
+            "slo": dict(self.slo),
+            "hardware": self.hardware.__dict__,
+        }
+
+
+def make_window(start: Any, end: Any, *, what: str = "window") -> Window:
+    """A validated window: both ends parse, end after start (else ConfigError)."""
+    if start in (None, "") or end in (None, ""):
+        raise ConfigError(f"{what}: start and end are both required")
+    try:
+        a, b = utc(start), utc(end)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what}: cannot read time ({exc})") from None
+    if b <= a:
+        raise ConfigError(
+            f"{what}: ends ({b:%Y-%m-%dT%H:%M:%SZ}) before or when it starts ({a:%Y-%m-%dT%H:%M:%SZ})"
+        )
+    return Window(a, b)
+
+
+def default_baseline(window: Window) -> Window:
+    """Same length as the window, ending one window-length before it starts (with a 5-min gap)."""
+    length = window.end - window.start
+    end = window.start - timedelta(minutes=5)
+    return Window(end - length, end)
+
+
+def parse_incident(data: Any, *, path: str = "incident.yaml") -> Incident:
+    if not isinstance(data, dict):
+        raise BundleError("expected a mapping at the top level", path=path)
+    try:
+        win = data["window"]
+        window = make_window(win.get("start"), win.get("end"), what="window")
+    except (KeyError, AttributeError):
+        raise BundleError("needs window: {start, end}", path=path) from None
+    except ConfigError as exc:
+        raise BundleError(str(exc), path=path) from None
+    baseline = None
+    if data.get("baseline"):
+        try:
+            b = data["baseline"]
+            baseline = make_window(b.get("start"), b.get("end"), what="baseline")
+        except (AttributeError, ConfigError) as exc:
+            raise BundleError(str(exc), path=path) from None
+    slo = {}
+    for key, value in (data.get("slo") or {}).items():
+        try:
+            slo[str(key)] = float(value)
+        except (TypeError, ValueError):
+            raise BundleError(f"slo.{key} must be a number, got {value!r}", path=path) from None
+    hw = data.get("hardware") or {}
+    hardware = Hardware(
+        gpu=str(hw.get("gpu", "unknown")),
+        count=int(hw.get("count", 1) or 1),
+        usd_per_gpu_hour=float(hw["usd_per_gpu_hour"]) if hw.get("usd_per_gpu_hour") is not None else None,
+    )
+    return Incident(
+        id=str(data.get("id") or "INC-unknown"),
+        title=str(data.get("title") or "Untitled incident"),
+        service=str(data.get("service") or "unknown"),
+        model=data.get("model"),
+        window=window,
+        baseline=baseline,
+        slo=slo,
+        hardware=hardware,
+    )
+
+
+def with_overrides(
+    incident: Incident,
+    *,
+    start: datetime | str | None = None,
+    end: datetime | str | None = None,
+    baseline_start: datetime | str | None = None,
+    baseline_end: datetime | str | None = None,
+) -> Incident:
+    """A copy with the window/baseline replaced by runbook parameters where given."""
+    window = incident.window
+    if start or end:
+        window = make_window(start or window.start, end or window.end, what="window")
+    baseline = incident.baseline
+    if baseline_start or baseline_end:
+        base = baseline or default_baseline(window)
+        baseline = make_window(baseline_start or base.start, baseline_end or base.end, what="baseline")
+    return Incident(
+        incident.id,
+        incident.title,
+        incident.service,
+        window,
+        baseline,
+        incident.model,
+        dict(incident.slo),
+        incident.hardware,
+    )

@@ -1,0 +1,327 @@
+"""Signals by their real exporter names, and the queries every analysis shares.
+
+A *signal* is what an analysis wants (``ttft``, ``kv_cache_usage``); the catalogue lists the
+metric names real exporters use for it, current name first, then the older names it replaced
+(vLLM renamed ``gpu_cache_usage_perc`` → ``kv_cache_usage_perc`` in 0.9 and
+``time_per_output_token_seconds`` → ``inter_token_latency_seconds`` in 0.11).
+
+The query helpers build :mod:`perfkit.engine.ops` expressions and hand them to any engine with
+``has``/``range``/``instant`` (the local bundle engine, or a Prometheus-compatible server), so
+an analysis never knows which one answered. Every helper returns the PromQL it ran, for the
+provenance of the number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import polars as pl
+
+from perfkit.core.frames import Window
+from perfkit.engine import ops
+from perfkit.engine.promql import to_promql
+
+#: histogram signals: base names (``_bucket``/``_sum``/``_count`` appended)
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "tpot": ("vllm:request_time_per_output_token_seconds",),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "queue": ("vllm:request_queue_time_seconds",),
+    "prefill": ("vllm:request_prefill_time_seconds",),
+    "decode": ("vllm:request_decode_time_seconds",),
+    "inference": ("vllm:request_inference_time_seconds",),
+    "prompt_tokens": ("vllm:request_prompt_tokens",),
+    "generation_tokens": ("vllm:request_generation_tokens",),
+}
+GAUGES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "gpu_util": ("DCGM_FI_DEV_GPU_UTIL",),
+    "fb_used": ("DCGM_FI_DEV_FB_USED",),
+    "fb_free": ("DCGM_FI_DEV_FB_FREE",),
+    "gr_engine_active": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE",),
+    "tensor_active": ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",),
+    "dram_active": ("DCGM_FI_PROF_DRAM_ACTIVE",),
+    "power": ("DCGM_FI_DEV_POWER_USAGE",),
+    "sm_clock": ("DCGM_FI_DEV_SM_CLOCK",),
+    "gpu_temp": ("DCGM_FI_DEV_GPU_TEMP",),
+    "xid": ("DCGM_FI_DEV_XID_ERRORS",),
+    # training jobs (perfkit's documented names; perfkit/sources/train_exporter.py exports them)
+    "train_step": ("train_step_duration_seconds",),
+    "train_data_wait": ("train_data_wait_seconds",),
+    "train_comm": ("train_comm_seconds",),
+    "train_loss": ("train_loss",),
+}
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "prompt_tokens_total": ("vllm:prompt_tokens_total",),
+    "generation_tokens_total": ("vllm:generation_tokens_total",),
+    "request_success": ("vllm:request_success_total",),
+    "preemptions": ("vllm:num_preemptions_total",),
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "node_cpu": ("node_cpu_seconds_total",),
+    "net_rx": ("node_network_receive_bytes_total",),
+    "net_tx": ("node_network_transmit_bytes_total",),
+    "ib_rx": ("node_infiniband_port_data_received_bytes_total",),
+    "ib_tx": ("node_infiniband_port_data_transmitted_bytes_total",),
+    "train_tokens": ("train_tokens_total",),
+    "train_samples": ("train_samples_total",),
+}
+#: what each source is recognised by, for completeness
+SOURCES: dict[str, tuple[str, ...]] = {
+    "vLLM exporter": ("vllm:num_requests_running",),
+    "DCGM exporter": ("DCGM_FI_DEV_GPU_UTIL",),
+    "node exporter": ("node_cpu_seconds_total",),
+}
+
+
+class Engine(Protocol):
+    name: str
+
+    def has(self, metric: str) -> bool: ...
+
+    def range(self, expr: ops.Expr, start: datetime, end: datetime, step_s: float) -> pl.DataFrame: ...
+
+    def instant(self, expr: ops.Expr, at: datetime) -> pl.DataFrame: ...
+
+
+@dataclass
+class Resolved:
+    signal: str
+    metric: str | None
+    legacy: bool = False  # an older name answered
+
+    @property
+    def found(self) -> bool:
+        return self.metric is not None
+
+
+def resolve(engine: Engine, signal: str) -> Resolved:
+    """Which metric name answers ``signal`` on this engine (current name preferred)."""
+    if signal in HISTOGRAMS:
+        for i, base in enumerate(HISTOGRAMS[signal]):
+            if engine.has(f"{base}_bucket"):
+                return Resolved(signal, base, legacy=i > 0)
+        return Resolved(signal, None)
+    names = GAUGES.get(signal) or COUNTERS.get(signal)
+    if names is None:
+        raise KeyError(f"unknown signal {signal!r}")
+    for i, name in enumerate(names):
+        if engine.has(name):
+            return Resolved(signal, name, legacy=i > 0)
+    return Resolved(signal, None)
+
+
+def choose_step(window: Window, *, points: int = 240, minimum_s: float = 15.0) -> float:
+    """A range-query step: about ``points`` points, a multiple of 15 s, never below ``minimum_s``."""
+    raw = max(window.seconds / points, minimum_s)
+    return float(math.ceil(raw / 15.0) * 15)
+
+
+def rate_window(step_s: float, scrape_s: float = 15.0) -> float:
+    """Range for rate(): at least 4 scrapes (rate needs two samples in range) and one step."""
+    return max(4 * scrape_s, step_s)
+
+
+def _scalar(frame: pl.DataFrame) -> float | None:
+    if not frame.height:
+        return None
+    v = frame["value"][0]
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def no_series() -> pl.DataFrame:
+    """The empty range result (a signal the engine does not have)."""
+    return pl.DataFrame(schema={"ts": pl.Datetime("ms", "UTC"), "value": pl.Float64})
+
+
+def _instant(engine: Engine, expr: ops.Expr, window: Window, queries: list[str] | None) -> float | None:
+    """Evaluate ``expr`` at the window's end as one number, recording its PromQL."""
+    if queries is not None:
+        queries.append(to_promql(expr))
+    return _scalar(engine.instant(expr, window.end))
+
+
+def _range(
+    engine: Engine, expr: ops.Expr, window: Window, step_s: float, queries: list[str] | None
+) -> pl.DataFrame:
+    """Evaluate ``expr`` over the window at ``step_s``, recording its PromQL."""
+    if queries is not None:
+        queries.append(to_promql(expr))
+    return engine.range(expr, window.start, window.end, step_s)
+
+
+def window_quantiles(
+    engine: Engine, signal: str, qs: tuple[float, ...], window: Window, queries: list[str] | None = None
+) -> dict[float, float | None]:
+    """Quantiles of a histogram signal over the whole window: histogram_quantile(q, sum by (le) (increase(b[w])))."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return dict.fromkeys(qs)
+    inc = ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_bucket"), window.seconds), "le")
+    out: dict[float, float | None] = {}
+    for q in qs:
+        expr = ops.histogram_quantile(q, inc)
+        if queries is not None:
+            queries.append(to_promql(expr))
+        out[q] = _scalar(engine.instant(expr, window.end))
+    return out
+
+
+def window_mean(
+    engine: Engine, signal: str, window: Window, queries: list[str] | None = None
+) -> float | None:
+    """Mean of a histogram signal over the window: increase(_sum) / increase(_count)."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return None
+    expr = ops.ratio(
+        ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_sum"), window.seconds)),
+        ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_count"), window.seconds)),
+    )
+    return _instant(engine, expr, window, queries)
+
+
+def window_count(
+    engine: Engine, signal: str, window: Window, *, le: float | None = None, queries: list[str] | None = None
+) -> float | None:
+    """Observations of a histogram signal in the window (those <= ``le`` when given)."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return None
+    sel = (
+        ops.Selector(f"{res.metric}_count")
+        if le is None
+        else ops.Selector(f"{res.metric}_bucket").where(le=_le(le))
+    )
+    expr = ops.sum_by(ops.increase(sel, window.seconds))
+    return _instant(engine, expr, window, queries)
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def counter_rate(
+    engine: Engine, signal: str, window: Window, queries: list[str] | None = None, **matchers: str
+) -> float | None:
+    """Average per-second rate of a counter signal over the window (summed over series)."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return None
+    sel = ops.Selector(res.metric).where(**matchers) if matchers else ops.Selector(res.metric)
+    expr = ops.sum_by(ops.rate(sel, window.seconds))
+    return _instant(engine, expr, window, queries)
+
+
+def histogram_rate(
+    engine: Engine, signal: str, window: Window, queries: list[str] | None = None
+) -> float | None:
+    """Observations per second of a histogram signal (e.g. requests/s from the e2e histogram)."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return None
+    expr = ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_count"), window.seconds))
+    return _instant(engine, expr, window, queries)
+
+
+def gauge_stat(
+    engine: Engine,
+    signal: str,
+    window: Window,
+    stat: str = "avg",
+    queries: list[str] | None = None,
+    combine: str = "sum",
+) -> float | None:
+    """``stat`` (avg/max/min) over time of a gauge signal, series combined with ``combine`` first."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return None
+    inner = ops.aggregate(combine, ops.over_time(stat, ops.Selector(res.metric), window.seconds))
+    return _instant(engine, inner, window, queries)
+
+
+def quantile_series(
+    engine: Engine,
+    signal: str,
+    q: float,
+    window: Window,
+    step_s: float,
+    queries: list[str] | None = None,
+    by: tuple[str, ...] = (),
+) -> pl.DataFrame:
+    """histogram_quantile(q, sum by (le, *by) (rate(bucket[rw]))) at every step: frame (*by, ts, value)."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return no_series()
+    expr = ops.histogram_quantile(
+        q, ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_bucket"), rate_window(step_s)), "le", *by)
+    )
+    return _range(engine, expr, window, step_s, queries)
+
+
+def rate_series(
+    engine: Engine,
+    signal: str,
+    window: Window,
+    step_s: float,
+    queries: list[str] | None = None,
+    *,
+    histogram_count: bool = False,
+    le: float | None = None,
+    by: tuple[str, ...] = (),
+    **matchers: str,
+) -> pl.DataFrame:
+    """sum(rate(x[rw])) at every step. ``histogram_count``: of a histogram's _count (or its bucket ``le``)."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return no_series()
+    if histogram_count:
+        sel = (
+            ops.Selector(f"{res.metric}_count")
+            if le is None
+            else ops.Selector(f"{res.metric}_bucket").where(le=_le(le))
+        )
+    else:
+        sel = ops.Selector(res.metric)
+    if matchers:
+        sel = sel.where(**matchers)
+    expr = ops.sum_by(ops.rate(sel, rate_window(step_s)), *by)
+    return _range(engine, expr, window, step_s, queries)
+
+
+def mean_series(
+    engine: Engine, signal: str, window: Window, step_s: float, queries: list[str] | None = None
+) -> pl.DataFrame:
+    """rate(_sum)/rate(_count) of a histogram signal at every step (mean latency per step)."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return no_series()
+    rw = rate_window(step_s)
+    expr = ops.ratio(
+        ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_sum"), rw)),
+        ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_count"), rw)),
+    )
+    return _range(engine, expr, window, step_s, queries)
+
+
+def gauge_series(
+    engine: Engine,
+    signal: str,
+    window: Window,
+    step_s: float,
+    queries: list[str] | None = None,
+    combine: str = "sum",
+    by: tuple[str, ...] = (),
+) -> pl.DataFrame:
+    """``combine by (*by) (gauge)`` at every step."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return no_series()
+    expr = ops.aggregate(combine, ops.Selector(res.metric), *by)
+    return _range(engine, expr, window, step_s, queries)

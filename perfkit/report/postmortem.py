@@ -1,0 +1,256 @@
+"""Assemble the postmortem's document model from the analyses' results (pure; no rendering)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from perfkit.analyses.baseline import BaselineComparison
+from perfkit.analyses.release import ReleaseCorrelation
+from perfkit.analyses.stages import StageBreakdown
+from perfkit.core.findings import ActionItem, PostmortemModel, TimelineRow
+from perfkit.core.frames import iso
+from perfkit.core.incident import Incident
+from perfkit.triage.table import TriageResult
+
+DETECT_ACTIONS = {
+    "prefill_decode_interference": "alert on ITL stalls (>1 s gaps per minute) and TTFT p99, not only p50/p95 means",
+    "scheduler_queueing": "alert on vllm:num_requests_waiting > 0 for 5 min and on queue-time p95",
+    "release_regression": "gate releases on a replayed load test: TTFT/TPOT p95 within 10 % of the baseline",
+    "decode_efficiency": "track TPOT p50 per release and per batch size on a dashboard",
+    "kv_cache_allocation": "alert on KV-cache usage > 90 % with preemptions",
+    "memory_oversubscription": "alert on CUDA OOM log lines and FB free < 5 %",
+}
+
+
+def breach_interval(
+    frame: pl.DataFrame | None, slo: float | None, after: datetime
+) -> tuple[str | None, str | None]:
+    """First and last minute the (5-point median smoothed) series is above ``slo`` after ``after``."""
+    if frame is None or slo is None or not frame.height:
+        return None, None
+    f = frame.filter(pl.col("ts") >= after).sort("ts")
+    if not f.height:
+        return None, None
+    v = f["value"].to_numpy().astype(float)
+    v = np.where(np.isfinite(v), v, 0.0)
+    k = 5
+    smooth = np.array([np.median(v[max(0, i - k // 2) : i + k // 2 + 1]) for i in range(v.size)])
+    above = np.flatnonzero(smooth > slo)
+    if not above.size:
+        return None, None
+    ts = f["ts"].to_list()
+    end = ts[above[-1]] if above[-1] < v.size - 1 else None
+    return iso(ts[above[0]]), iso(end) if end else None
+
+
+def _fmt_s(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+
+
+def build(
+    incident: Incident,
+    *,
+    base: BaselineComparison | None,
+    stages: StageBreakdown | None,
+    release: ReleaseCorrelation | None,
+    triage: TriageResult | None,
+    events: pl.DataFrame,
+    missing: list[str],
+    gpu_summary: str | None = None,
+    cost_summary: str | None = None,
+) -> PostmortemModel:
+    top = triage.top if triage else None
+    confirmed = triage.confirmed() if triage else []
+    head = base.headline() if base else None
+    slo = incident.slo
+
+    # impact table: the rows with an SLO or a large change
+    impact_rows: list[list[Any]] = []
+    if base:
+        for r in base.rows:
+            felt = r.slo is not None or (r.ratio or 1) >= 1.5 or r.metric.endswith("p50")
+            if r.unit == "s" and felt and r.metric.split()[0] in ("TTFT", "TPOT", "ITL", "E2E", "queue"):
+                impact_rows.append(
+                    [
+                        r.metric,
+                        _fmt_s(r.baseline),
+                        _fmt_s(r.incident),
+                        f"{r.ratio:.2f}x" if r.ratio else "n/a",
+                        _fmt_s(r.slo) if r.slo is not None else "",
+                        "BREACH" if r.breach else "",
+                    ]
+                )
+        for name in ("requests_per_s", "generated_tokens_per_s", "errors_per_s", "waiting_avg"):
+            extra = base.get(name)
+            if extra and extra.incident is not None:
+                impact_rows.append(
+                    [
+                        name,
+                        f"{extra.baseline:.3g}" if extra.baseline is not None else "n/a",
+                        f"{extra.incident:.3g}",
+                        f"{extra.ratio:.2f}x" if extra.ratio else "n/a",
+                        "",
+                        "",
+                    ]
+                )
+    breached = [r for r in (base.rows if base else []) if r.breach]
+    severity = "SEV-3"
+    if any((r.incident or 0) >= 2 * (r.slo or float("inf")) for r in breached):
+        severity = "SEV-2"
+    elif not breached:
+        severity = "SEV-4"
+
+    ttft_series = release.series.get("TTFT p95") if release else None
+    after = incident.baseline.end if incident.baseline else incident.window.start
+    breach_start, breach_end = breach_interval(ttft_series, slo.get("ttft_p95_s"), after)
+
+    # summary
+    parts = [
+        f"{incident.service} ({incident.model or 'model n/a'}) between {iso(incident.window.start)} and "
+        f"{iso(incident.window.end)}:"
+    ]
+    if head and head.ratio:
+        parts.append(
+            f"{head.metric} was {_fmt_s(head.incident)} against {_fmt_s(head.baseline)} in the baseline "
+            f"({head.ratio:.1f}x)."
+        )
+    if top and top.verification.verdict == "confirmed":
+        parts.append(f"Most likely direction: {top.row.direction} (confirmed: {top.verification.why}).")
+    elif top and top.score > 0:
+        parts.append(f"Leading direction, not confirmed: {top.row.direction} ({top.verification.why}).")
+    else:
+        parts.append("No triage direction fired.")
+    if release:
+        parts.append(f"Release history: {release.summary()}.")
+
+    alerts = events.filter(pl.col("kind") == "alert").sort("ts") if events.height else events
+    first_alert = alerts.filter(
+        pl.col("ts") >= incident.window.start - (incident.window.end - incident.window.start)
+    )
+    if first_alert.height:
+        row = first_alert.row(0, named=True)
+        detection = f"Alert at {iso(row['ts'])}: {row['detail']}."
+        if breach_start:
+            lag = (
+                row["ts"] - datetime.fromisoformat(breach_start.replace("Z", "+00:00"))
+            ).total_seconds() / 60
+            detection += f" The TTFT p95 SLO breach began at {breach_start}, {lag:.0f} min before."
+    else:
+        detection = "No alert fired in the incident window (no alert events recorded)."
+        if breach_start:
+            detection += f" The TTFT p95 SLO breach began at {breach_start}: an alert on it would have paged."
+
+    triage_checked: list[dict[str, Any]] = []
+    if triage:
+        for res in triage.results:
+            triage_checked.append(
+                {
+                    "direction": res.row.direction,
+                    "symptom": res.row.symptom,
+                    "detected": res.detection.detected,
+                    "verdict": res.verification.verdict,
+                    "score": round(res.score, 3),
+                    "why": res.verification.why
+                    + (f" (explained by {res.explained_by})" if res.explained_by else ""),
+                }
+            )
+    if confirmed:
+        c = confirmed[0]
+        root = f"Direction: {c.row.direction} — {c.verification.why}. Next step: {c.row.next_step}."
+        if triage and triage.suspect_version and c.row.direction == "release_regression":
+            root += f" Suspect version: {triage.suspect_version}."
+    else:
+        root = "No direction was confirmed by its verification; see the triage trail for what was ruled out."
+
+    timeline: list[TimelineRow] = [
+        {"ts": iso(incident.window.start), "event": "incident window starts", "source": "incident.yaml"},
+        {"ts": iso(incident.window.end), "event": "incident window ends", "source": "incident.yaml"},
+    ]
+    if events.height:
+        span_start = incident.baseline.start if incident.baseline else incident.window.start
+        for e in events.filter(
+            (pl.col("ts") >= span_start) & (pl.col("ts") <= incident.window.end)
+        ).iter_rows(named=True):
+            label = f"{e['kind']}: {e['version'] or ''} {e['detail'] or ''}".strip()
+            timeline.append({"ts": iso(e["ts"]), "event": label, "source": "events.csv"})
+    if release:
+        for sh in release.shifts:
+            if sh.degrading:
+                timeline.append(
+                    {
+                        "ts": iso(sh.ts),
+                        "event": f"change point: {sh.series} {sh.rel_change:+.0%}",
+                        "source": "change point",
+                    }
+                )
+    if breach_start:
+        timeline.append(
+            {"ts": breach_start, "event": f"TTFT p95 above SLO {slo.get('ttft_p95_s')} s", "source": "slo"}
+        )
+    if breach_end:
+        timeline.append({"ts": breach_end, "event": "TTFT p95 back under SLO", "source": "slo"})
+    timeline.sort(key=lambda r: r["ts"])
+
+    actions: list[ActionItem] = []
+    if confirmed:
+        c = confirmed[0]
+        actions.append(
+            {"action": c.row.next_step, "type": "mitigate", "priority": "P0", "owner": "service owner"}
+        )
+        if c.row.direction in DETECT_ACTIONS:
+            actions.append(
+                {
+                    "action": DETECT_ACTIONS[c.row.direction],
+                    "type": "detect",
+                    "priority": "P1",
+                    "owner": "on-call",
+                }
+            )
+    actions.append(
+        {
+            "action": "add a replayed-traffic load test (real prompt-length mix) as a release gate",
+            "type": "prevent",
+            "priority": "P1",
+            "owner": "release engineering",
+        }
+    )
+    for m in missing[:5]:
+        actions.append(
+            {
+                "action": f"collect the missing evidence: {m}",
+                "type": "process",
+                "priority": "P2",
+                "owner": "observability",
+            }
+        )
+    return {
+        "title": incident.title,
+        "incident": incident.id,
+        "service": incident.service,
+        "model": incident.model,
+        "status": "draft",
+        "severity": severity,
+        "window": incident.window.as_dict(),
+        "baseline": incident.baseline.as_dict() if incident.baseline else {},
+        "summary": " ".join(parts),
+        "impact": {
+            "columns": ["metric", "baseline", "incident", "change", "SLO", "breach"],
+            "rows": impact_rows,
+        },
+        "detection": detection,
+        "trigger": release.summary() if release else "release history not analysed",
+        "stages": stages.summary() if stages else "per-stage analysis not available",
+        "triage_checked": triage_checked,
+        "root_cause": root,
+        "timeline": timeline,
+        "action_items": actions,
+        "missing": list(dict.fromkeys(missing)),
+        "gpu": gpu_summary,
+        "cost": cost_summary,
+    }

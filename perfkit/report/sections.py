@@ -1,0 +1,438 @@
+"""How a runbook section looks: the displayable :class:`Section` and each section's finding.
+
+A :class:`Section` shows a one-line verdict, a table and figures in the notebook and records its
+finding (``application/vnd.perfkit.finding+json``). The ``*_section`` functions turn an analysis
+result into that finding: verdict line, status, table and figure. ``perfkit.app.runbook`` wires
+the inputs; the computation lives in ``perfkit.analyses``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from perfkit.core.findings import Finding, record, table_from_frame
+from perfkit.core.frames import iso
+from perfkit.core.incident import Incident
+from perfkit.report import figures
+from perfkit.report.markdown import md_escape
+
+STATUS_LABEL = {"ok": "OK", "warn": "WARN", "critical": "CRITICAL", "missing": "MISSING", "error": "ERROR"}
+
+
+@dataclass
+class Section:
+    finding: Finding
+    table: pl.DataFrame | None = None
+    figure: Any = None  # plotly figure
+    extra_figures: list[Any] = field(default_factory=list)
+    extra_findings: list[Finding] = field(default_factory=list)
+    style: Callable[[Any], Any] | None = None  # pandas DataFrame -> Styler
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import Markdown, display
+
+        f = self.finding
+        label = STATUS_LABEL.get(f.status, f.status.upper())
+        # evidence text is inert here as in the postmortem: no links, images or HTML in the notebook
+        display(Markdown(f"**\\[{label}\\] {md_escape(f.title)}** — {md_escape(f.summary)}"))
+        if f.missing:
+            display(Markdown("Missing evidence: " + "; ".join(md_escape(m) for m in f.missing)))
+        if self.table is not None and self.table.height:
+            frame = self.table.to_pandas()
+            styler = self.style(frame) if self.style else frame.style.hide(axis="index")
+            display(styler.format(precision=4, escape="html"))
+        for fig in [self.figure, *self.extra_figures]:
+            if fig is not None:
+                fig.show()
+        record(f)
+        for extra in self.extra_findings:
+            record(extra)
+
+
+def _fig_json(fig: Any) -> dict[str, Any] | None:
+    return fig.to_plotly_json() if fig is not None else None
+
+
+def scope_section(inc: Incident, source: str, evidence: Any) -> Section:
+    """The incident's fields as a table; ``source`` is the engine's name, ``evidence`` the bundle or URL."""
+    rows = [
+        ["incident", inc.id],
+        ["title", inc.title],
+        ["service", inc.service],
+        ["model", inc.model or "n/a"],
+        ["window (UTC)", f"{iso(inc.window.start)} → {iso(inc.window.end)}"],
+        [
+            "baseline (UTC)",
+            f"{iso(inc.baseline.start)} → {iso(inc.baseline.end)}" if inc.baseline else "none",
+        ],
+        ["SLOs", ", ".join(f"{k}={v:g}" for k, v in inc.slo.items()) or "none"],
+        ["hardware", f"{inc.hardware.count} x {inc.hardware.gpu}"],
+        ["evidence", f"{source}: {evidence}"],
+    ]
+    table = pl.DataFrame({"field": [r[0] for r in rows], "value": [str(r[1]) for r in rows]})
+    f = Finding(
+        "scope",
+        "Scope",
+        f"{inc.service}: {inc.title}",
+        data={**inc.as_dict(), "source": source},
+        table=table_from_frame(table),
+    )
+    return Section(f, table)
+
+
+def completeness_section(res: Any) -> Section:
+    """A completeness result: verdict, the sources present, clock skew and gaps."""
+    table = res.table()
+    status = {"complete": "ok", "degraded": "warn", "missing": "critical"}[res.verdict]
+    present = [k for k, v in res.sources.items() if v]
+    summary = f"{res.verdict}: sources {', '.join(present) or 'none'}; {res.skew_note}"
+    gaps = sum(len(r.gaps) for r in res.rows)
+    if gaps:
+        summary += f"; {gaps} gaps"
+    f = Finding(
+        "completeness",
+        "Data completeness",
+        summary,
+        status=status,
+        data=res.as_dict(),
+        table=table_from_frame(table),
+        missing=list(res.missing),
+    )
+    return Section(f, table)
+
+
+def changes_section(rel: Any, inc: Incident, events: list[dict[str, Any]]) -> Section:
+    """A release correlation: the shifts, and the latency quantiles drawn with the deploys."""
+    rows = [
+        {
+            "ts": s.as_dict()["ts"],
+            "series": s.series,
+            "before": s.before,
+            "after": s.after,
+            "change_pct": round(100 * s.rel_change, 1),
+            "degrading": s.degrading,
+            "starts at": (
+                f"{s.aligned_event['kind']} {s.aligned_event['version'] or s.aligned_event['detail']}"
+                if s.aligned_event
+                else "no deploy"
+            ),
+        }
+        for s in rel.shifts
+    ]
+    table = pl.DataFrame(
+        rows,
+        schema={
+            "ts": pl.Utf8,
+            "series": pl.Utf8,
+            "before": pl.Float64,
+            "after": pl.Float64,
+            "change_pct": pl.Float64,
+            "degrading": pl.Boolean,
+            "starts at": pl.Utf8,
+        },
+    )
+    latency = {k: v for k, v in rel.series.items() if k.startswith(("TTFT", "ITL", "TPOT"))}
+    fig = figures.timeseries(
+        latency,
+        title="Latency quantiles with deploys",
+        ytitle="seconds",
+        window=inc.window,
+        baseline=inc.baseline,
+        events=events,
+        slo=inc.slo.get("ttft_p95_s"),
+        log_y=True,
+    )
+    status = "critical" if rel.suspect or rel.unexplained else ("missing" if not rel.series else "ok")
+    f = Finding(
+        "changes",
+        "What changed",
+        rel.summary(),
+        status=status,
+        data=rel.as_dict(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption=f"quantiles at {rel.step_s:g} s steps over {iso(rel.span.start)} → "
+        f"{iso(rel.span.end)}; dotted lines: deploys/config changes",
+        missing=list(rel.missing),
+        queries=list(dict.fromkeys(rel.queries)),
+    )
+    return Section(f, table, fig)
+
+
+def baseline_section(res: Any) -> Section:
+    """A baseline comparison: the headline quantile, SLO breaches, and the quantiles as bars."""
+    table = res.table()
+    head = res.headline()
+    breaches = [r.metric for r in res.rows if r.breach]
+    if head and head.ratio:
+        summary = (
+            f"{head.metric} {head.incident:.3g} s vs {head.baseline:.3g} s in the baseline "
+            f"({head.ratio:.2f}x)"
+        )
+    else:
+        summary = "no latency quantiles to compare: " + "; ".join(res.missing or ["no latency histograms"])
+    if breaches:
+        summary += f"; SLO breached: {', '.join(breaches)}"
+    lat = [r for r in res.rows if r.unit == "s" and r.metric.split()[0] in ("TTFT", "TPOT", "ITL")]
+    fig = figures.bars(
+        [r.metric for r in lat],
+        {"baseline": [r.baseline for r in lat], "incident": [r.incident for r in lat]},
+        title="Latency quantiles: baseline vs incident",
+        ytitle="seconds",
+    )
+    if any((r.incident or 0) > 0 or (r.baseline or 0) > 0 for r in lat):
+        fig.update_yaxes(type="log")
+    f = Finding(
+        "baseline",
+        "Baseline vs now",
+        summary,
+        status="critical" if breaches else ("ok" if head else "missing"),
+        data=res.as_dict(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption="histogram_quantile over increase() of each whole window",
+        missing=list(res.missing),
+        queries=list(dict.fromkeys(res.queries)),
+    )
+    return Section(f, table, fig)
+
+
+def stages_section(res: Any) -> Section:
+    """A per-stage breakdown: mean and p95 time to first token by stage, baseline vs incident."""
+    table = res.table()
+    cats = ["queue", "prefill", "frontend"]
+    fig = figures.bars(
+        cats,
+        {side: [res.means.get(side, {}).get(c) for c in cats] for side in ("baseline", "incident")},
+        title="Mean time to first token by stage (frontend = e2e − queue − inference)",
+        ytitle="seconds",
+    )
+    p95 = figures.bars(
+        ["queue", "prefill"],
+        {
+            side: [res.p95.get(side, {}).get(c) for c in ("queue", "prefill")]
+            for side in ("baseline", "incident")
+        },
+        title="p95 by stage",
+        ytitle="seconds",
+    )
+    f = Finding(
+        "stages",
+        "Per-stage latency",
+        res.summary(),
+        status="warn" if res.tail_owner else "missing",
+        data=res.as_dict(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption="means are increase(_sum)/increase(_count) of vLLM's per-stage histograms",
+        missing=list(res.missing),
+        queries=list(dict.fromkeys(res.queries)),
+    )
+    return Section(f, table, fig, [p95])
+
+
+def triage_section(
+    res: Any,
+    ev: Any,
+    engine: Any,
+    rel_span: Any,
+    inc: Incident,
+    events: list[dict[str, Any]],
+) -> Section:
+    """A triage run: rank 1 and its verdict, the table coloured by verdict, one evidence figure per confirmed row."""
+    table = res.table()
+    top = res.top
+    if top and top.verification.verdict == "confirmed":
+        summary = f"rank 1: {top.row.direction} (confirmed) — {top.verification.why}"
+        status = "critical"
+    elif top and top.score > 0:
+        summary = f"rank 1: {top.row.direction} ({top.verification.verdict}) — {top.verification.why}"
+        status = "warn"
+    else:
+        unchecked = [r for r in res.results if r.detection.missing]
+        summary = "no row of the triage table fired"
+        if unchecked:
+            summary += (
+                f"; {len(unchecked)} of {len(res.results)} rows could not be checked (evidence missing)"
+            )
+        status = "missing" if 2 * len(unchecked) > len(res.results) else "ok"
+    from perfkit.report.evidence_figures import evidence_figure
+
+    figs = []
+    for r in res.confirmed():
+        fig = evidence_figure(r.row.direction, ev, engine, rel_span, inc.window, inc.baseline, events)
+        if fig is not None:
+            figs.append((r.row.direction, fig))
+    fig = figs[0][1] if figs else None
+    f = Finding(
+        "triage",
+        "Triage table",
+        summary,
+        status=status,
+        data=res.to_json(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption=f"evidence for {figs[0][0]} (confirmed)" if figs else None,
+        missing=list(res.missing),
+    )
+    extra = [
+        Finding(
+            f"evidence-{direction}",
+            f"Evidence: {direction}",
+            f"what confirmed {direction}",
+            figure=_fig_json(other),
+            figure_caption=f"evidence for {direction} (confirmed)",
+        )
+        for direction, other in figs[1:]
+    ]
+    return Section(
+        f, table, fig, [other for _, other in figs[1:]], extra_findings=extra, style=_verdict_style
+    )
+
+
+VERDICT_COLOURS = {
+    "confirmed": "background-color: #fde2e1",
+    "ruled_out": "color: #6b7280",
+    "inconclusive": "background-color: #fef3c7",
+}
+
+
+def _verdict_style(frame):  # pandas Styler: colour each row by its verdict
+    return frame.style.hide(axis="index").apply(
+        lambda row: [VERDICT_COLOURS.get(row.get("verdict"), "")] * len(row), axis=1
+    )
+
+
+def training_not_exported_section() -> Section:
+    """No train_* metrics: the training section says so."""
+    return Section(
+        Finding(
+            "training",
+            "Training step breakdown",
+            "no train_* metrics: not a training job, or "
+            "its loop does not export them (perfkit.sources.train_exporter)",
+            status="missing",
+            missing=["training: no train_step_duration_seconds"],
+        )
+    )
+
+
+def training_section(
+    ev: Any,
+    table: pl.DataFrame,
+    series: Mapping[str, pl.DataFrame],
+    inc: Incident,
+    events: list[dict[str, Any]],
+) -> Section:
+    """Training evidence: step time, data wait and communication shares, tokens/s, and the gauges over time."""
+    fig = figures.timeseries(
+        series,
+        title="Step time, data wait, communication and loss",
+        ytitle="seconds / loss",
+        window=inc.window,
+        baseline=inc.baseline,
+        events=events,
+    )
+    share_w, share_c = ev.data_wait_share.get("incident"), ev.comm_share.get("incident")
+    tps = ev.tokens_per_s
+    summary = (
+        f"step {ev.step_s.get('incident') or 0:.2f} s vs {ev.step_s.get('baseline') or 0:.2f} s; data wait "
+        f"{(share_w or 0):.0%} of the step on the slowest rank, exposed comm {(share_c or 0):.0%}"
+    )
+    if tps.get("baseline") and tps.get("incident") is not None:
+        summary += f"; tokens/s {tps['incident'] / tps['baseline']:.2f}x the baseline"
+    f = Finding(
+        "training",
+        "Training step breakdown",
+        summary,
+        status="warn",
+        data=ev.as_dict(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig),
+        figure_caption="train_* gauges from every rank; data wait from the slowest rank at each step",
+    )
+    return Section(f, table, fig)
+
+
+def gpu_section(
+    res: Any,
+    series: Mapping[str, pl.DataFrame] | None,
+    nvml: Any,
+    inc: Incident,
+    events: list[dict[str, Any]],
+) -> Section:
+    """GPU state: DCGM history (``series`` is None without GPUs) and, when there is one, the NVML snapshot."""
+    fig = None
+    if series is not None:
+        fig = figures.timeseries(
+            series,
+            title="GPU activity (DCGM)",
+            ytitle="percent",
+            window=inc.window,
+            baseline=inc.baseline,
+            events=events,
+        )
+    missing = list(res.missing)
+    summary = res.summary()
+    data = res.as_dict()
+    table = res.table
+    if nvml is not None and nvml.available:
+        data["nvml"] = nvml.to_dict()
+        summary += f"; NVML now: {nvml.summary()}"
+        table = nvml.table()
+    elif nvml is not None:
+        missing.append(f"gpu: {nvml.reason}")
+    status = "ok" if res.gpus or (nvml is not None and nvml.available) else "missing"
+    f = Finding(
+        "gpu",
+        "GPU state",
+        summary,
+        status=status,
+        data=data,
+        table=table_from_frame(table) if table.height else None,
+        figure=_fig_json(fig),
+        figure_caption="DCGM exporter gauges averaged over GPUs" if fig else None,
+        missing=missing,
+        queries=res.queries,
+    )
+    return Section(f, table, fig)
+
+
+def cost_section(res: Any, table: pl.DataFrame) -> Section:
+    """Cost per million tokens, baseline vs incident."""
+    f = Finding(
+        "cost",
+        "Cost per million tokens",
+        res.summary(),
+        status="ok" if res.usd_per_million.get("incident") else "missing",
+        data=res.as_dict(),
+        table=table_from_frame(table),
+        missing=list(res.missing),
+        queries=res.queries,
+    )
+    return Section(f, table)
+
+
+def findings_section(model: Mapping[str, Any]) -> Section:
+    """The postmortem model's summary and timeline."""
+    table = pl.DataFrame(
+        {
+            "time (UTC)": [r["ts"] for r in model["timeline"]],
+            "event": [r["event"] for r in model["timeline"]],
+            "source": [r["source"] for r in model["timeline"]],
+        }
+    )
+    f = Finding(
+        "postmortem",
+        "Findings",
+        model["summary"],
+        status="ok",
+        data=dict(model),
+        table=table_from_frame(table),
+        missing=list(model["missing"]),
+    )
+    return Section(f, table)

@@ -1,0 +1,96 @@
+"""The import rule of docs/architecture.md, checked on every module (imports inside functions too).
+
+Each layer may import only the layers listed for it; ``perfkit.errors`` and the top-level
+``perfkit`` package (its version) are open to all.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "perfkit"
+
+#: layer -> the layers it may import (besides itself)
+ALLOWED = {
+    "core": set(),
+    "engine": {"core"},
+    "sources": {"core", "engine"},
+    "lab": {"core", "engine", "sources"},
+    "analyses": {"core", "engine"},
+    "triage": {"core", "engine", "sources", "analyses"},
+    "report": {"core", "engine", "analyses", "triage"},
+    "app": {"core", "engine", "sources", "lab", "analyses", "triage", "report"},
+}
+TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "py.typed"}
+MAX_LINES = 600
+
+
+def _imports(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "perfkit":
+                found.extend((node.lineno, f"perfkit.{a.name}") for a in node.names)
+            elif node.module.startswith("perfkit."):
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names if a.name.startswith("perfkit."))
+    return found
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else None
+
+
+def test_top_level_holds_only_the_entry_points_and_the_errors():
+    stray = sorted(p.name for p in PACKAGE.iterdir() if p.is_file() and p.name not in TOP_LEVEL)
+    assert stray == [], "put these in a layer folder (docs/architecture.md)"
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == sorted(ALLOWED)
+
+
+def test_imports_run_one_way():
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if len(rel.parts) < 2:
+            continue
+        layer = rel.parts[0]
+        for line, module in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            target = _layer(module)
+            if target is None or target == layer:
+                if module.split(".")[1] not in ("errors", "__version__") and target is None:
+                    bad.append(f"perfkit/{rel}:{line}: imports {module}, which is in no layer")
+                continue
+            if target not in ALLOWED[layer]:
+                bad.append(f"perfkit/{rel}:{line}: {layer} imports {module} ({target} is not below {layer})")
+    assert bad == []
+
+
+def test_the_rule_catches_an_upward_import(tmp_path):
+    """The check itself can fail: an analysis importing the report layer is flagged."""
+    tree = ast.parse("def f():\n    from perfkit.report.render import md_escape\n")
+    (line, module) = _imports(tree)[0]
+    assert line == 2 and _layer(module) == "report" and "report" not in ALLOWED["analyses"]
+
+
+def test_no_module_is_over_600_lines():
+    big = [
+        f"perfkit/{p.relative_to(PACKAGE)}: {n} lines"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    ]
+    assert big == [], "split it by concern (docs/architecture.md)"
+
+
+def test_every_package_declares_a_public_api_that_resolves():
+    import importlib
+
+    for layer in sorted(ALLOWED):
+        package = importlib.import_module(f"perfkit.{layer}")
+        names = getattr(package, "__all__", None)
+        assert names, f"perfkit.{layer} declares no __all__"
+        for name in names:
+            assert getattr(package, name) is not None, f"perfkit.{layer}.{name}"
