@@ -60,7 +60,9 @@ def _free_port() -> int:
 def alertmanager(tmp_path):
     """Base URL of an Alertmanager on a free 127.0.0.1 port, gossip off, one null receiver."""
     if ALERTMANAGER is None:
-        pytest.skip("needs the Alertmanager binary (apt-get install prometheus-alertmanager)")
+        from servers import require_binary
+
+        require_binary("prometheus-alertmanager")
     config = tmp_path / "alertmanager.yml"
     config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
     port = _free_port()

@@ -121,7 +121,8 @@ def load_batch(path: Path) -> list[BatchItem]:
                 bundle_path = (
                     (path.parent / bundle_path) if (path.parent / bundle_path).is_dir() else bundle_path
                 )
-            bundle = str(bundle_path.resolve())
+            if bundle_path.is_dir():  # else left as given: an embedded incident's name, checked by the run
+                bundle = str(bundle_path.resolve())
         if entry.get("name"):
             name = safe_name(entry["name"], where=at(i, "name"))
         else:

@@ -113,6 +113,13 @@ def _live(live: dict[str, Any]) -> tuple[Incident, LiveEvidence]:
     return incident, open_live(cfg, incident)
 
 
+def bundle_path(text: str) -> Path:
+    """A ``--bundle`` value: a folder, or the name of an embedded incident (``demo``)."""
+    from perfkit.app.embedded import bundle_path as resolve
+
+    return resolve(text)
+
+
 def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
     from perfkit.app.parameters import parse_parameter
 
@@ -149,9 +156,7 @@ def run(
 
     parameters = _params(params)
     if bundle:
-        if not Path(bundle).is_dir():
-            raise click.BadParameter(f"{bundle}: not a folder", param_hint="--bundle")
-        parameters["bundle"] = str(Path(bundle).resolve())
+        parameters["bundle"] = str(bundle_path(bundle))
     wanted = _incident_params(live)
     for name, value in wanted.runbook_parameters().items():
         if name != "timeout_s":  # the timeout goes to live runs only (below)
@@ -257,7 +262,7 @@ def open_(
 
     parameters = plain_parameters(_params(params), source="-p")
     if bundle:
-        parameters["bundle"] = str(Path(bundle).resolve())
+        parameters["bundle"] = str(bundle_path(bundle))
     folder = Path(out) if out else Path("out/incidents") / (Path(bundle).name if bundle else "incident")
     for warning in parameter_warnings(parameters):
         click.echo(f"perfkit: warning: {warning}", err=True)
@@ -275,7 +280,7 @@ def triage(bundle: str | None, fmt: str, **live: Any) -> None:
     from perfkit.triage.table import triage_bundle, triage_evidence
 
     if bundle:
-        result = triage_bundle(bundle)
+        result = triage_bundle(bundle_path(bundle))
     elif live.get("prometheus_url"):
         incident, ev = _live(live)
         result = triage_evidence(ev.engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing)
@@ -336,15 +341,9 @@ def capture(out: str, match: str | None, **live: Any) -> None:
 )
 def generate(names: tuple[str, ...], all_: bool, out: str) -> None:
     """Simulate embedded incident scenarios into bundles (seeded: same input, same bundle)."""
-    from perfkit.lab.sim.bundle import generate as gen_inference
-    from perfkit.lab.sim.scenarios import SCENARIOS
-    from perfkit.lab.sim.training import generate as gen_training
-    from perfkit.lab.sim.training_scenarios import TRAINING_SCENARIOS
+    from perfkit.app.embedded import specs
 
-    every: dict[str, tuple[Callable[[], Any], Callable[..., dict[str, float]]]] = {
-        **{k: (v, gen_inference) for k, v in SCENARIOS.items()},
-        **{k: (v, gen_training) for k, v in TRAINING_SCENARIOS.items()},
-    }
+    every = specs()
     chosen = list(every) if all_ else list(names)
     unknown = [n for n in chosen if n not in every]
     if unknown or not chosen:
@@ -411,7 +410,7 @@ def _lab_start(engine: str, root: Path, name: str, *, port: int = 0):
 
 
 @lab.command("up")
-@click.argument("bundle", type=click.Path(file_okay=False, exists=True))
+@click.argument("bundle")
 @click.option(
     "--engine", type=click.Choice(["prometheus", "victoriametrics"]), default="prometheus", show_default=True
 )
@@ -420,7 +419,7 @@ def lab_up(bundle: str, engine: str, port: int) -> None:
     """Start ENGINE on 127.0.0.1 with BUNDLE loaded; print the URL to paste into a runbook."""
     from perfkit.sources.incident_file import read_incident
 
-    root = Path(bundle).resolve()
+    root = bundle_path(bundle)
     incident = read_incident(root / "incident.yaml")
     name = f"{engine}-{root.name}"
     server, workdir = _lab_start(engine, root, name, port=port)

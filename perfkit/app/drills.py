@@ -12,7 +12,7 @@ from perfkit.errors import ConfigError
 from perfkit.triage.rows import ROWS
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = REPO / "data" / "scenarios"
+SCENARIOS = REPO / "data" / "scenarios"  # a checkout's; an installed wheel lists its specs instead
 DIRECTIONS = tuple(r.direction for r in ROWS)
 
 
@@ -25,10 +25,21 @@ class Drill:
 
 
 def drills(root: Path = SCENARIOS) -> list[Drill]:
+    """Every drill with its difficulty and brief: from the bundles' answer keys under ``root``, or,
+    where there are none (an installed wheel), from the embedded scenarios' specs; their bundles
+    are simulated into the user cache when a drill starts."""
     out = []
-    for d in scenario_dirs(root):
-        a = read_answer(d)
-        out.append(Drill(d.name, str(a.get("difficulty", "medium")), str(a.get("brief", "")), d))
+    dirs = scenario_dirs(root)
+    if dirs:
+        for d in dirs:
+            a = read_answer(d)
+            out.append(Drill(d.name, str(a.get("difficulty", "medium")), str(a.get("brief", "")), d))
+    elif root == SCENARIOS:
+        from perfkit.app.embedded import cache_root, specs
+
+        for name, (spec, _) in specs().items():
+            s = spec()
+            out.append(Drill(name, str(s.difficulty), str(s.brief), cache_root() / name))
     order = {"easy": 0, "medium": 1, "hard": 2}
     return sorted(out, key=lambda x: (order.get(x.difficulty, 3), x.name))
 
@@ -36,6 +47,10 @@ def drills(root: Path = SCENARIOS) -> list[Drill]:
 def find(name: str, root: Path = SCENARIOS) -> Drill:
     for d in drills(root):
         if d.name == name:
+            if not (d.path / "answer.yaml").is_file():
+                from perfkit.app.embedded import embedded_bundle
+
+                d.path = embedded_bundle(name)
             return d
     raise ConfigError(f"no drill named {name!r}: see `perfkit drill list`")
 

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfkit.core.resources import shipped
 from perfkit.core.scrub import known_secrets, scrub
 from perfkit.core.secrets import check_parameters
 from perfkit.errors import ConfigError, RunbookError
 
 REPO = Path(__file__).resolve().parents[2]
-RUNBOOKS = REPO / "runbooks"
+RUNBOOKS = shipped("runbooks")
 KERNEL = "python3"
 CELL_TIMEOUT_S = 600
 START_TIMEOUT_S = 120
@@ -116,9 +117,10 @@ def check_run_parameters(
         raise ConfigError(
             f"unknown runbook parameter(s) {', '.join(unknown)} for {path.stem}: known are {', '.join(known)}"
         )
-    bundle = params.get("bundle")
-    if bundle and not Path(str(bundle)).is_dir():
-        raise ConfigError(f"{bundle}: bundle folder not found")
+    if params.get("bundle"):  # a folder, or an embedded incident's name (simulated on first use)
+        from perfkit.app.embedded import bundle_path
+
+        params["bundle"] = str(bundle_path(str(params["bundle"])))
     for key in ("start", "end", "baseline_start", "baseline_end"):
         if params.get(key) not in (None, ""):
             _check_time(key, params[key])

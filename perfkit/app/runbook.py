@@ -68,7 +68,12 @@ def resolve_bundle(path: str) -> Path:
     for base in (Path.cwd(), REPO):
         if (base / p).is_dir():
             return base / p
-    return p
+    from perfkit.app.embedded import bundle_path  # installed: an embedded incident, simulated on first use
+
+    try:
+        return bundle_path(path)
+    except PerfkitError:
+        return p
 
 
 _SHOWN_PARAMETERS = (

@@ -11,6 +11,7 @@ which lets the server aggregate.
 from __future__ import annotations
 
 from perfkit.engine.ops import Aggregate, Binary, Expr, HistogramQuantile, RangeFunction, Selector, validate
+from perfkit.errors import QueryError
 
 
 def duration(seconds: float) -> str:
@@ -64,4 +65,4 @@ def _text(expr: Expr, names: dict[str, str]) -> str:
         return f"histogram_quantile({q.removesuffix('.0')}, {_text(expr.expr, names)})"
     if isinstance(expr, Binary):
         return f"({_text(expr.lhs, names)}) {expr.op} ({_text(expr.rhs, names)})"
-    raise TypeError(f"not an expression: {expr!r}")
+    raise QueryError(f"not an expression: {expr!r}")

@@ -23,6 +23,7 @@ import polars as pl
 from perfkit.core.frames import Window
 from perfkit.engine import ops
 from perfkit.engine.promql import to_promql
+from perfkit.errors import QueryError
 
 #: histogram signals: base names (``_bucket``/``_sum``/``_count`` appended)
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
@@ -110,7 +111,7 @@ def resolve(engine: Engine, signal: str) -> Resolved:
         return Resolved(signal, None)
     names = GAUGES.get(signal) or COUNTERS.get(signal)
     if names is None:
-        raise KeyError(f"unknown signal {signal!r}")
+        raise QueryError(f"unknown signal {signal!r}")
     for i, name in enumerate(names):
         if engine.has(name):
             return Resolved(signal, name, legacy=i > 0)

@@ -44,10 +44,10 @@ _PLOTLYJS_MARK = "/*@@perfkit-plotlyjs@@*/"
 
 
 def templates_dir() -> Path:
-    """The repository's ``templates/`` folder (next to the ``perfkit`` package)."""
-    import perfkit
+    """The shipped ``templates/`` folder: the checkout's, or the installed wheel's data files."""
+    from perfkit.core.resources import shipped
 
-    return Path(perfkit.__file__).resolve().parents[1] / "templates"
+    return shipped("templates")
 
 
 def render_postmortem(

@@ -162,9 +162,9 @@ def write_events(path: str | Path, rows: Iterable[Mapping[str, object]]) -> Path
 def _row_cells(row: Mapping[str, object]) -> list[str]:
     ts = row.get("ts")
     if ts is None:
-        raise ValueError(f"event without ts: {dict(row)!r}")
+        raise BundleError(f"event without ts: {dict(row)!r}")
     kind = str(row.get("kind") or "").lower()
     if kind not in KINDS:
-        raise ValueError(f"unknown event kind {kind!r} (one of {', '.join(sorted(KINDS))})")
+        raise BundleError(f"unknown event kind {kind!r} (one of {', '.join(sorted(KINDS))})")
     rest = ["" if row.get(col) is None else str(row.get(col)) for col in HEADER[2:]]
     return [format_ts(ts), kind, *rest]  # type: ignore[arg-type]

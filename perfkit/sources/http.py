@@ -40,7 +40,7 @@ import requests
 import urllib3
 
 from perfkit.core.secrets import REDACTED, redact_text, resolve_secret, strip_userinfo
-from perfkit.errors import SourceError
+from perfkit.errors import ConfigError, SourceError
 from perfkit.sources.safeio import size_text
 
 RETRY_STATUSES = (429, 500, 502, 503, 504)
@@ -224,9 +224,9 @@ class HttpConfig:
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+            raise ConfigError(f"timeout_s must be positive, got {self.timeout_s}")
         if self.total_timeout_s is not None and self.total_timeout_s <= 0:
-            raise ValueError(f"total_timeout_s must be positive, got {self.total_timeout_s}")
+            raise ConfigError(f"total_timeout_s must be positive, got {self.total_timeout_s}")
 
     def __repr__(self) -> str:
         return (

@@ -46,7 +46,7 @@ import polars as pl
 import requests
 
 from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, Window
-from perfkit.errors import SourceError
+from perfkit.errors import ConfigError, SourceError
 from perfkit.sources.http import (
     MISSING,
     BadShape,
@@ -101,7 +101,7 @@ class LokiClient(HttpSource):
         tenant: str | None = None,
     ) -> None:
         if limit < 1:
-            raise ValueError(f"limit must be positive, got {limit}")
+            raise ConfigError(f"limit must be positive, got {limit}")
         super().__init__(config, session=session, sleep=sleep)
         self.limit = limit
         self.tenant = tenant
@@ -202,7 +202,7 @@ class LokiClient(HttpSource):
 
     def _entries(self, logql: str, window: Window, direction: str) -> list[Entry]:
         if direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+            raise ConfigError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
         forward = direction == "forward"
         start, end = _ns(window.start), _ns(window.end) + 1  # Loki's end is exclusive
         seen: set[Entry] = set()

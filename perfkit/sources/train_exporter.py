@@ -43,6 +43,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from perfkit.errors import ConfigError
+
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
@@ -63,7 +65,7 @@ METRICS: dict[str, tuple[str, str]] = {
 def _check(name: str, value: float) -> float:
     value = float(value)
     if math.isnan(value) or value < 0:
-        raise ValueError(f"{name} must be a non-negative number, got {value!r}")
+        raise ConfigError(f"{name} must be a non-negative number, got {value!r}")
     return value
 
 
@@ -81,7 +83,7 @@ class TrainMetrics:
         except ImportError as exc:  # pragma: no cover - a dev/extra dependency of perfkit
             raise ImportError("TrainMetrics needs prometheus_client (pip install prometheus_client)") from exc
         if not job:
-            raise ValueError("job must be a non-empty string")
+            raise ConfigError("job must be a non-empty string")
         self.job = str(job)
         self.rank = None if rank is None else str(rank)
         self.registry = REGISTRY if registry is None else registry

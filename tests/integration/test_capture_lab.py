@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from servers import require_binary
 
 from perfkit.app.cli import cli
 from perfkit.engine.local import LocalEngine
@@ -39,6 +40,7 @@ def pid_alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("engine", ["prometheus", "victoriametrics"])
 def test_lab_up_capture_round_trip_and_down(engine, tmp_path, monkeypatch):
+    require_binary("prometheus" if engine == "prometheus" else "victoria-metrics")
     monkeypatch.setenv("PERFKIT_LAB_DIR", str(tmp_path / "lab"))
     source = SCENARIOS / "p95-prefill-interference"
     res = invoke("lab", "up", str(source), "--engine", engine)

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from servers import require_binary
 
 from perfkit.engine.local import LocalEngine
 from perfkit.lab.servers import start
@@ -48,6 +49,7 @@ def agree(a: float | None, b: float | None, rel: float = 0.01) -> bool:
 
 @pytest.fixture(scope="module", params=["prometheus", "victoriametrics"])
 def engine_name(request):
+    require_binary("prometheus" if request.param == "prometheus" else "victoria-metrics")
     return request.param
 
 

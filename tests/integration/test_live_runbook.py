@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 from click.testing import CliRunner
+from servers import require_binary
 
 from perfkit.app.cli import cli
 from perfkit.app.run import execute
@@ -31,6 +32,8 @@ CANARY = "canary-live-5e6f7a8b9c0d1e2f"
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
+    require_binary("prometheus")
+    require_binary("promtool")
     server = start("prometheus", RR, tmp_path_factory.mktemp("prom"))
     yield server
     server.stop()

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from perfkit.core.frames import to_ms
+from perfkit.errors import ConfigError
 from perfkit.lab.sim.training import compress, generate
 from perfkit.lab.sim.training_engine import simulate
 from perfkit.lab.sim.training_logs import STEP_LINE
@@ -78,7 +79,7 @@ def test_train_metrics_without_rank_or_comm_and_before_the_first_step():
     assert "train_comm_seconds" not in store  # optional: absent until the loop can measure it
     assert set(store.frames["train_loss"].columns) == {"job", "ts", "value"}
     assert np.isnan(store.frames["train_loss"]["value"][0])
-    with pytest.raises(ValueError, match="data_wait_s"):
+    with pytest.raises(ConfigError, match="data_wait_s"):
         m.step(1.0, -0.1, tokens=1, samples=1, loss=1.0)
 
 

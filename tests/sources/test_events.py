@@ -127,9 +127,9 @@ def test_write_then_read_round_trip(tmp_path: Path):
 
 
 def test_write_rejects_unknown_kind_and_missing_ts(tmp_path: Path):
-    with pytest.raises(ValueError, match="unknown event kind 'reboot'"):
+    with pytest.raises(BundleError, match="unknown event kind 'reboot'"):
         write_events(tmp_path / "e.csv", [{"ts": datetime(2026, 1, 1, tzinfo=UTC), "kind": "reboot"}])
-    with pytest.raises(ValueError, match="without ts"):
+    with pytest.raises(BundleError, match="without ts"):
         write_events(tmp_path / "e.csv", [{"kind": "note"}])
 
 

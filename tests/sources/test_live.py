@@ -144,8 +144,8 @@ def test_live_config_builds_one_http_config_per_server():
 def test_http_config_checks_timeouts_and_hides_userinfo():
     from perfkit.sources.http import HttpConfig
 
-    with pytest.raises(ValueError, match="timeout_s must be positive"):
+    with pytest.raises(ConfigError, match="timeout_s must be positive"):
         HttpConfig("http://prom:9090", timeout_s=0)
-    with pytest.raises(ValueError, match="total_timeout_s must be positive"):
+    with pytest.raises(ConfigError, match="total_timeout_s must be positive"):
         HttpConfig("http://prom:9090", total_timeout_s=-1)
     assert "hunter2" not in repr(HttpConfig("https://admin:hunter2hunter2@prom.test/"))
