@@ -48,7 +48,7 @@ servers:
 	  fi; \
 	fi
 
-test: lint servers
+test: servers lint
 	PATH=$(BIN):$$PATH $(PY) -m pytest -q -p no:cacheprovider tests
 
 scenarios: $(STAMP)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "data" / "scenarios"
+#: what differs between two runs of the same code: checksums, versions, clock times and timings
 VOLATILE = {
     "notebook_sha256",
     "perfkit_version",
@@ -31,13 +32,19 @@ VOLATILE = {
     "generated",
     "executed_start",
     "executed_end",
+    "prepare_s",
+    "execute_s",
+    "render_s",
+    "total_s",
+    "duration_s",
+    "seconds",
 }
 
 
 def _clean(value, root: str):
     """Drop volatile keys; replace the temporary folder and the checkout's path with placeholders."""
     if isinstance(value, dict):
-        return {k: _clean(v, root) for k, v in value.items() if k not in VOLATILE and not k.endswith("_s")}
+        return {k: _clean(v, root) for k, v in value.items() if k not in VOLATILE}
     if isinstance(value, list):
         return [_clean(v, root) for v in value]
     if isinstance(value, str):
@@ -55,16 +62,16 @@ def _runbook(bundle: Path) -> str:
 
 
 def fingerprint(jobs: int) -> dict:
-    perfkit = str(Path(sys.executable).with_name("perfkit"))
+    perfkit = [sys.executable, "-m", "perfkit"]  # whichever perfkit this interpreter imports
     out: dict = {}
     bundles = sorted(p for p in SCENARIOS.iterdir() if (p / "incident.yaml").exists())
     with tempfile.TemporaryDirectory() as tmp:
         batch = Path(tmp) / "all.yaml"
         batch.write_text("".join(f"- {{bundle: {b}, runbook: {_runbook(b)}}}\n" for b in bundles))
-        subprocess.run([perfkit, "batch", str(batch), "-j", str(jobs), "-o", f"{tmp}/out"], check=False)
+        subprocess.run([*perfkit, "batch", str(batch), "-j", str(jobs), "-o", f"{tmp}/out"], check=False)
         for b in bundles:
             triage = subprocess.run(
-                [perfkit, "triage", "--bundle", str(b), "--format", "json"], capture_output=True, text=True
+                [*perfkit, "triage", "--bundle", str(b), "--format", "json"], capture_output=True, text=True
             )
             findings = Path(tmp) / "out" / b.name / "findings.json"
             out[b.name] = {

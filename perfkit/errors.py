@@ -15,6 +15,8 @@ Every message is one line a person can act on; the CLI prints ``str(err)`` and e
 
 from __future__ import annotations
 
+import re
+
 
 class PerfkitError(Exception):
     """Base class: an error perfkit raises with a message meant for the user."""
@@ -54,8 +56,9 @@ class QueryError(PerfkitError):
 
 
 class RunbookError(PerfkitError):
-    """A runbook failed to execute; ``cell`` (its index in the executed notebook), ``source`` (the
-    cell's first line) and ``ename``/``evalue`` (the exception's name and value) say where and why."""
+    """A runbook failed to execute. ``cell`` is the failing cell's execution count (the ``In [N]``
+    JupyterLab shows beside it), ``source`` the line that raised (or the cell's first line), and
+    ``ename``/``evalue`` the exception's name and value."""
 
     def __init__(
         self, message: str, *, cell: int | None = None, source: str = "", ename: str = "", evalue: str = ""
@@ -67,19 +70,42 @@ class RunbookError(PerfkitError):
         super().__init__(message)
 
     @classmethod
-    def from_cell(cls, cell: int | None, source: str, ename: str, evalue: str) -> RunbookError:
-        """``cell 7 (rb.triage(ctx)): ZeroDivisionError: division by zero``: the line `perfkit run` prints."""
-        lines = [
-            ln.strip()
-            for ln in str(source or "").splitlines()
-            if ln.strip() and not ln.lstrip().startswith("#")
-        ]
-        excerpt = lines[0] if lines else ""
+    def from_cell(
+        cls, cell: int | None, source: str, ename: str, evalue: str, traceback: list[str] | None = None
+    ) -> RunbookError:
+        """``cell In [7] (rb.triage(ctx)): ZeroDivisionError: division by zero``: what `perfkit run` prints.
+
+        The excerpt is the cell's line the traceback points at (``---->``), else its first line."""
+        excerpt = _raising_line(traceback or []) or next(
+            (
+                ln.strip()
+                for ln in str(source or "").splitlines()
+                if ln.strip() and not ln.lstrip().startswith("#")
+            ),
+            "",
+        )
         if len(excerpt) > 60:
             excerpt = excerpt[:57] + "..."
         value = " ".join(str(evalue or "").split())
         if len(value) > 300:
             value = value[:297] + "..."
-        where = f"cell {cell}" if cell is not None else "a cell"
+        where = f"cell In [{cell}]" if cell is not None else "a cell"
         message = f"{where}{f' ({excerpt})' if excerpt else ''}: {ename}{f': {value}' if value else ''}"
         return cls(message, cell=cell, source=excerpt, ename=str(ename), evalue=value)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _raising_line(traceback: list[str]) -> str:
+    """The ``----> N code`` line of the cell's own frame in an IPython traceback (ANSI colours removed)."""
+    in_cell = False
+    for block in traceback:
+        for line in _ANSI.sub("", str(block)).splitlines():
+            if line.lstrip().startswith("Cell In["):
+                in_cell = True
+            elif in_cell and line.lstrip().startswith("---->"):
+                return re.sub(r"^\s*---->\s*\d+\s*", "", line).strip()
+            elif line.startswith("File ") or line.lstrip().startswith("File "):
+                in_cell = False
+    return ""

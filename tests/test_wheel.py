@@ -112,8 +112,11 @@ def test_demo_runs_from_any_folder(installed):
     out = installed[2] / "out"
     md = (out / "postmortem.md").read_text()
     assert "prefill_decode_interference" in md
+    assert "prefill_decode_interference" in (out / "postmortem.html").read_text()  # the HTML template shipped
     nb = (out / "inference_latency.ipynb").read_text()
-    assert str(installed[1]) in nb or "perfkit" in nb  # executed by the installed runbook
+    cache = installed[3]["PERFKIT_CACHE"]
+    assert cache in nb  # the demo bundle was simulated into the cache, not read from this checkout
+    assert str(REPO / "data") not in nb
 
 
 def test_drills_list_and_start_from_any_folder(installed):

@@ -3,8 +3,7 @@
 The queries behind the training and GPU figures (the gauges over the baseline and incident
 span), the training step table (baseline, incident and their ratio) and the cost table. Plain
 frames out, no display: ``perfkit.report.sections`` draws them, ``perfkit.app.runbook`` wires them.
-The training evidence comes from ``perfkit.triage.training.gather_training``; it is read here
-only through its attributes (``step_s``, ``data_wait_share``, ...), never imported.
+The training table reads ``perfkit.analyses.training_evidence.TrainingEvidence``.
 """
 
 from __future__ import annotations
@@ -13,11 +12,12 @@ from typing import Any
 
 import polars as pl
 
+from perfkit.analyses.training_evidence import TrainingEvidence
 from perfkit.core.frames import Window
 from perfkit.engine import signals as S
 
 
-def training_table(ev: Any) -> pl.DataFrame:
+def training_table(ev: TrainingEvidence) -> pl.DataFrame:
     """One row per training metric: baseline, incident and ``change_x`` (incident / baseline)."""
     rows = []
     for name, d, unit in (

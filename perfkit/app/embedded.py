@@ -43,8 +43,13 @@ def checkout_root() -> Path | None:
 
 
 def cache_root() -> Path:
+    """The user cache of simulated bundles, one folder per perfkit version (an upgrade that changes a
+    simulator never serves the old version's bundles)."""
+    from perfkit import __version__
+
     base = os.environ.get("PERFKIT_CACHE")
-    return Path(base) if base else Path.home() / ".cache" / "perfkit" / "scenarios"
+    root = Path(base) if base else Path.home() / ".cache" / "perfkit" / "scenarios"
+    return root / __version__
 
 
 def scenario_root() -> Path:
@@ -75,9 +80,9 @@ def embedded_bundle(name: str) -> Path:
         gen(spec(), tmp)
         try:
             os.rename(tmp, target)
-        except OSError:  # another run wrote it first: theirs is the same bundle
+        except OSError as exc:  # another run wrote it first: theirs is the same bundle
             if not (target / "incident.yaml").is_file():
-                raise
+                raise ConfigError(f"{target}: cannot store the simulated bundle ({exc.strerror})") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target

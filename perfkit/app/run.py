@@ -22,7 +22,6 @@ from perfkit.core.scrub import known_secrets, scrub
 from perfkit.core.secrets import check_parameters
 from perfkit.errors import ConfigError, RunbookError
 
-REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = shipped("runbooks")
 KERNEL = "python3"
 CELL_TIMEOUT_S = 600
@@ -275,7 +274,9 @@ def _run_papermill(path: Path, output: Path, params: dict[str, Any], result: Run
                 extra_arguments=["--HistoryManager.enabled=False"],
             )
     except papermill.PapermillExecutionError as exc:
-        result.failure = RunbookError.from_cell(exc.cell_index, exc.source, exc.ename, exc.evalue)
+        result.failure = RunbookError.from_cell(
+            exc.exec_count, exc.source, exc.ename, exc.evalue, list(exc.traceback or [])
+        )
         result.error = str(result.failure)
     except Exception as exc:  # kernel died, timeout: keep what was written
         result.error = f"{type(exc).__name__}: {exc}"

@@ -251,6 +251,7 @@ def stages(ctx: Context) -> Section:
 
 @section("triage", "Triage table")
 def triage(ctx: Context) -> Section:
+    from perfkit.analyses.evidence_series import evidence_series
     from perfkit.triage.evidence import gather
     from perfkit.triage.table import run
 
@@ -268,13 +269,17 @@ def triage(ctx: Context) -> Section:
         lambda: gather(ctx.engine, inc, events=events, logs=ctx.logs, baseline=base, stages=st, release=rel),
     )
     res = ctx.need("triage", lambda: run(ev))
-    return show.triage_section(res, ev, ctx.engine, rel.span, inc, _events(ctx))
+    series = {
+        r.row.direction: evidence_series(r.row.direction, ctx.engine, rel.span, per_token=ev.per_token())
+        for r in res.confirmed()
+    }
+    return show.triage_section(res, ev, series, inc, _events(ctx))
 
 
 @section("training", "Training step breakdown")
 def training(ctx: Context) -> Section:
     from perfkit.analyses.section_data import training_series, training_table
-    from perfkit.triage.training import gather_training
+    from perfkit.analyses.training_evidence import gather_training
 
     inc = ctx.incident
     assert inc is not None

@@ -8,7 +8,6 @@ from typing import Any, TypedDict
 import polars as pl
 
 from perfkit.core.frames import Window
-from perfkit.engine import signals as S
 from perfkit.report import figures
 from perfkit.triage.evidence import Evidence
 
@@ -33,17 +32,31 @@ class _Marks(TypedDict):
     events: Sequence[Mapping[str, Any]]
 
 
+#: the y-axis title of each direction whose figure is a time series of ``evidence_series``
+YTITLES = {
+    "scheduler_queueing": "requests",
+    "decode_efficiency": "ms / requests",
+    "kv_cache_allocation": "percent / s x100",
+    "memory_oversubscription": "percent",
+    "data_pipeline": "seconds",
+    "network_communication": "seconds",
+    "training_instability": "loss",
+}
+
+
 def evidence_figure(
     direction: str,
     ev: Evidence,
-    engine: Any,
-    span: Window,
+    series: Mapping[str, pl.DataFrame] | None,
     window: Window,
     baseline: Window | None,
     events: Sequence[Mapping[str, Any]],
 ) -> Any:
-    """A plotly figure for ``direction``'s evidence, or None when the direction has none to draw."""
-    step = S.choose_step(span)
+    """A plotly figure for ``direction``'s evidence, or None when the direction has none to draw.
+
+    ``series`` is what ``perfkit.analyses.evidence_series.evidence_series`` computed for it
+    (None for the directions whose evidence is already in ``ev``).
+    """
     title = TITLES.get(direction, direction)
     kw: _Marks = {"window": window, "baseline": baseline, "events": events}
     if direction == "prefill_decode_interference":
@@ -65,91 +78,8 @@ def evidence_figure(
             window=window,
         )
     if direction == "release_regression":
-        series = {k: v for k, v in ev.release.series.items() if k.startswith(("TTFT", "ITL", "TPOT", "E2E"))}
-        return figures.timeseries(series, title=title, ytitle="seconds", log_y=True, **kw)
-    if direction == "scheduler_queueing":
-        return figures.timeseries(
-            {
-                "waiting requests": S.gauge_series(engine, "waiting", span, step),
-                "running requests": S.gauge_series(engine, "running", span, step),
-            },
-            title=title,
-            ytitle="requests",
-            **kw,
-        )
-    if direction == "decode_efficiency":
-        tok = ev.per_token()
-        per_token = S.quantile_series(engine, tok, 0.5, span, step).with_columns(pl.col("value") * 1000)
-        running = S.gauge_series(engine, "running", span, step)
-        return figures.timeseries(
-            {f"{tok.upper()} p50 (ms)": per_token, "running requests (batch)": running},
-            title=title,
-            ytitle="ms / requests",
-            **kw,
-        )
-    if direction == "kv_cache_allocation":
-        prefill = S.mean_series(engine, "prefill", span, step).with_columns(pl.col("value") * 100)
-        kv = S.gauge_series(engine, "kv_cache_usage", span, step, combine="max").with_columns(
-            pl.col("value") * 100
-        )
-        hits = S.rate_series(engine, "prefix_cache_hits", span, step)
-        queries = S.rate_series(engine, "prefix_cache_queries", span, step)
-        hit = (
-            hits.join(queries, on="ts", suffix="_q").select(
-                "ts", (100 * pl.col("value") / pl.col("value_q")).alias("value")
-            )
-            if hits.height and queries.height
-            else S.no_series()
-        )
-        return figures.timeseries(
-            {"mean prefill (s x100)": prefill, "prefix-cache hit rate %": hit, "KV-cache usage %": kv},
-            title=title,
-            ytitle="percent / s x100",
-            **kw,
-        )
-    if direction == "memory_oversubscription":
-        kv = S.gauge_series(engine, "kv_cache_usage", span, step, combine="max").with_columns(
-            pl.col("value") * 100
-        )
-        fb = S.gauge_series(engine, "fb_used", span, step, combine="max")
-        free = S.gauge_series(engine, "fb_free", span, step, combine="min")
-        used_pct = (
-            fb.join(free, on="ts", suffix="_f").select(
-                "ts", (100 * pl.col("value") / (pl.col("value") + pl.col("value_f"))).alias("value")
-            )
-            if fb.height and free.height
-            else S.no_series()
-        )
-        return figures.timeseries(
-            {"KV-cache usage %": kv, "GPU memory used %": used_pct}, title=title, ytitle="percent", **kw
-        )
-    if direction == "data_pipeline":
-        return figures.timeseries(
-            {
-                "step time (s)": S.gauge_series(engine, "train_step", span, step, combine="avg"),
-                "data wait, slowest rank (s)": S.gauge_series(
-                    engine, "train_data_wait", span, step, combine="max"
-                ),
-            },
-            title=title,
-            ytitle="seconds",
-            **kw,
-        )
-    if direction == "network_communication":
-        return figures.timeseries(
-            {
-                "step time (s)": S.gauge_series(engine, "train_step", span, step, combine="avg"),
-                "exposed communication (s)": S.gauge_series(engine, "train_comm", span, step, combine="avg"),
-            },
-            title=title,
-            ytitle="seconds",
-            **kw,
-        )
-    if direction == "training_instability":
-        return figures.timeseries(
-            {"loss (avg over ranks)": S.gauge_series(engine, "train_loss", span, 60.0, combine="avg")},
-            title=title,
-            ytitle="loss",
-            **kw,
-        )
+        rel = {k: v for k, v in ev.release.series.items() if k.startswith(("TTFT", "ITL", "TPOT", "E2E"))}
+        return figures.timeseries(rel, title=title, ytitle="seconds", log_y=True, **kw)
+    if direction in YTITLES and series is not None:
+        return figures.timeseries(series, title=title, ytitle=YTITLES[direction], **kw)
     return None

@@ -238,12 +238,12 @@ def stages_section(res: Any) -> Section:
 def triage_section(
     res: Any,
     ev: Any,
-    engine: Any,
-    rel_span: Any,
+    series: Mapping[str, Mapping[str, pl.DataFrame] | None],
     inc: Incident,
     events: list[dict[str, Any]],
 ) -> Section:
-    """A triage run: rank 1 and its verdict, the table coloured by verdict, one evidence figure per confirmed row."""
+    """A triage run: rank 1 and its verdict, the table coloured by verdict, one evidence figure per
+    confirmed row (``series``: each confirmed direction's ``evidence_series``)."""
     table = res.table()
     top = res.top
     if top and top.verification.verdict == "confirmed":
@@ -264,7 +264,9 @@ def triage_section(
 
     figs = []
     for r in res.confirmed():
-        fig = evidence_figure(r.row.direction, ev, engine, rel_span, inc.window, inc.baseline, events)
+        fig = evidence_figure(
+            r.row.direction, ev, series.get(r.row.direction), inc.window, inc.baseline, events
+        )
         if fig is not None:
             figs.append((r.row.direction, fig))
     fig = figs[0][1] if figs else None

@@ -13,11 +13,11 @@ import polars as pl
 from perfkit.analyses.baseline import BaselineComparison, compare
 from perfkit.analyses.release import ReleaseCorrelation, correlate
 from perfkit.analyses.stages import StageBreakdown, breakdown
+from perfkit.analyses.training_evidence import gather_training
 from perfkit.core.frames import Window
 from perfkit.core.incident import Incident
 from perfkit.engine import signals as S
 from perfkit.triage import thresholds as T
-from perfkit.triage.training import gather_training
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Evidence:
     host: dict[str, float | None]
     training: dict[str, Any]
     missing: list[str] = field(default_factory=list)
-    train: Any = None  # perfkit.triage.training.TrainingEvidence
+    train: Any = None  # perfkit.analyses.training_evidence.TrainingEvidence
     oom: dict[str, float] | None = None  # largest CUDA OOM allocation asked for vs free (GiB)
 
     # convenience accessors --------------------------------------------------------------------

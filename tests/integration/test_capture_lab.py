@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -91,20 +90,20 @@ def test_lab_up_capture_round_trip_and_down(engine, tmp_path, monkeypatch):
     qa = next(s for s in ja["symptoms"] if s["id"] == "tail_latency_divergence")["evidence"]
     qb = next(s for s in jb["symptoms"] if s["id"] == "tail_latency_divergence")["evidence"]
     assert qb["ttft_p95_ratio"] == pytest.approx(qa["ttft_p95_ratio"], rel=0.01)
-    if shutil.which("promtool"):
-        check = subprocess.run(
-            [
-                "promtool",
-                "tsdb",
-                "create-blocks-from",
-                "openmetrics",
-                str(out / "metrics" / "captured.om"),
-                str(tmp_path / "tsdb"),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        assert check.returncode == 0, check.stderr
+    # promtool accepts what capture wrote
+    check = subprocess.run(
+        [
+            require_binary("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(out / "metrics" / "captured.om"),
+            str(tmp_path / "tsdb"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
 
 
 def test_lab_errors_are_clear(tmp_path, monkeypatch):

@@ -17,11 +17,11 @@ import socket
 import subprocess
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import polars as pl
 import pytest
 import requests
+from servers import require_binary
 
 from perfkit.engine import ops
 from perfkit.engine.local import LocalEngine
@@ -122,8 +122,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     """(Prometheus base URL, LocalEngine) over the same bundle."""
-    if not Path(PROMETHEUS).exists() or not Path(PROMTOOL).exists():
-        pytest.skip(f"needs Prometheus 2.x binaries ({PROMETHEUS}, {PROMTOOL}); apt-get install prometheus")
+    require_binary("prometheus")
+    require_binary("promtool")
     root = tmp_path_factory.mktemp("prometheus")
     text = bundle_text()
     (root / "bundle.om").write_text(text)

@@ -220,8 +220,8 @@ def test_a_failed_run_never_replaces_a_good_record(tmp_path, tiny):
     good = _digests(out)
     res = _run(["run", str(tiny), "-o", str(out), "-p", "fail=true"], tmp_path, env)
     assert res.returncode == 1
-    # the failing cell by index and first line, then the exception (issue 8: structured errors)
-    assert "cell 2 (import os, pathlib, signal, time): RuntimeError: asked to fail" in res.stderr
+    # the failing cell as JupyterLab numbers it, and the line that raised (issue 8: structured errors)
+    assert 'cell In [3] (raise RuntimeError("asked to fail")): RuntimeError: asked to fail' in res.stderr
     assert _digests(out) == good
     beside = [p for p in tmp_path.iterdir() if p.name.startswith("out.failed-")]
     assert len(beside) == 1 and "asked to fail" in (beside[0] / "tiny.ipynb").read_text()

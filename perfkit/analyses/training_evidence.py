@@ -1,4 +1,5 @@
-"""Training evidence for the triage table, from the ``train_*`` series a training loop exports.
+"""Training evidence, from the ``train_*`` series a training loop exports (the triage table's
+training rows and the runbook's training section read it).
 
 Per window: step time and exposed-communication share (averaged over ranks), the data-wait share
 of the slowest rank (a synchronous job runs at its pace), tokens/s, and the loss curve's roughness. Roughness is robust on purpose: the median of the
