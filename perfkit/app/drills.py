@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from perfkit.app.grading import read_answer, scenario_dirs
+from perfkit.core.resources import SCENARIOS
 from perfkit.errors import ConfigError
 from perfkit.triage.rows import ROWS
 
-REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = REPO / "data" / "scenarios"  # a checkout's; an installed wheel lists its specs instead
+# SCENARIOS: a checkout's; an installed wheel lists its specs instead
 DIRECTIONS = tuple(r.direction for r in ROWS)
 
 

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perfkit.app.grading import scenario_dirs
+from perfkit.core.resources import SCENARIOS
 from perfkit.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[2]
 ALIASES = {"demo": "p95-prefill-interference"}
 
 
@@ -38,8 +39,7 @@ def specs() -> dict[str, tuple[Callable[[], Any], Callable[..., dict[str, float]
 
 def checkout_root() -> Path | None:
     """``data/scenarios`` of a checkout, when perfkit runs from one."""
-    root = REPO / "data" / "scenarios"
-    return root if any(root.glob("*/answer.yaml")) else None
+    return SCENARIOS if scenario_dirs(SCENARIOS) else None
 
 
 def cache_root() -> Path:

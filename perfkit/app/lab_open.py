@@ -18,7 +18,6 @@ import os
 import secrets as _secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,13 +32,7 @@ from typing import Any
 from perfkit.app.run import _fast_nbformat_import, find_runbook, runbook_parameters
 from perfkit.core.secrets import check_parameters
 from perfkit.errors import ConfigError
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from perfkit.lab.servers import free_port
 
 # -- the incident notebook ----------------------------------------------------------------------
 

@@ -23,14 +23,13 @@ import polars as pl
 
 from perfkit.core.findings import Finding
 from perfkit.core.incident import Incident, default_baseline, with_overrides
+from perfkit.core.resources import REPO
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.report import sections as show
 from perfkit.report.sections import Section
 
 if TYPE_CHECKING:
     from perfkit.sources.live import IncidentParams
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass

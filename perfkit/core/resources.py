@@ -7,7 +7,8 @@ import site
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # the checkout (site-packages' parent when installed)
+SCENARIOS = REPO / "data" / "scenarios"  # a checkout's embedded incidents
 
 
 def shipped(kind: str) -> Path:
