@@ -22,7 +22,20 @@ def test_triage_json_contract():
     res = invoke("triage", "--bundle", str(SCENARIOS / "release-regression"), "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert set(doc) == {"incident", "window", "symptoms", "directions", "missing"}
+    # DESIGN.md §5's keys, plus the workload scope, the workloads found and the span judged (issue 9)
+    assert set(doc) == {
+        "incident",
+        "window",
+        "symptoms",
+        "directions",
+        "missing",
+        "scope",
+        "workloads",
+        "judged",
+    }
+    assert (
+        doc["scope"] is None and len(doc["workloads"]) == 1 and doc["judged"]["end"] == doc["window"]["end"]
+    )
     assert set(doc["window"]) == {"start", "end"}
     ranks = [d["rank"] for d in doc["directions"]]
     assert ranks == list(range(1, 10))
@@ -129,3 +142,31 @@ def test_open_writes_a_parameterized_copy(tmp_path):
     assert len(injected) == 1
     src = "".join(injected[0]["source"])
     assert 'start = "2026-11-18T13:50:00Z"' in src and "release-regression" in src
+
+
+def test_triage_on_a_fleet_lists_the_workloads_and_the_scope_to_use(tmp_path):
+    from fleet import HOST, MODEL, OTHER_MODEL, fleet_bundle
+
+    bundle = fleet_bundle(tmp_path)
+    res = invoke("triage", "--bundle", str(bundle))
+    assert res.exit_code == 0, res.output
+    assert "2 workloads in the evidence, judged together" in res.output
+    assert f"--scope '{{model_name=\"{MODEL}\"}}'" in res.output
+    assert f"--scope '{{model_name=\"{OTHER_MODEL}\"}}'" in res.output
+    doc = json.loads(invoke("triage", "--bundle", str(bundle), "--format", "json").output)
+    assert sorted(w["value"] for w in doc["workloads"]) == sorted([MODEL, OTHER_MODEL])
+    assert doc["missing"][0].startswith("scope: the evidence holds 2 workloads")
+    scoped = invoke(
+        "triage", "--bundle", str(bundle), "--scope", f'{{model_name="{MODEL}"}}', "--format", "json"
+    )
+    assert scoped.exit_code == 0, scoped.output
+    sdoc = json.loads(scoped.output)
+    assert sdoc["scope"]["hosts"] == [HOST] and sdoc["workloads"] == []
+    single = json.loads(
+        invoke("triage", "--bundle", str(SCENARIOS / "decode-thermal-throttle"), "--format", "json").output
+    )
+    assert [(d["id"], d["verdict"]) for d in sdoc["directions"]] == [
+        (d["id"], d["verdict"]) for d in single["directions"]
+    ]
+    typo = invoke("triage", "--bundle", str(bundle), "--scope", '{model_name="qwen3"}')
+    assert typo.exit_code == 2 and "matches no series" in typo.output and OTHER_MODEL in typo.output

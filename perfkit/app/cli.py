@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from perfkit import __version__
+from perfkit.app.options import live_options, scope_options, scoped_incident
 from perfkit.errors import PerfkitError
 
 if TYPE_CHECKING:
@@ -36,62 +36,6 @@ class Cli(click.Group):
 @click.version_option(__version__, prog_name="perfkit")
 def cli() -> None:
     """perfkit: performance-incident runbooks and postmortems for LLM serving and training."""
-
-
-def live_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Options naming live sources and the incident (shared by run, triage and capture).
-
-    Each option's name in the command's keyword arguments is the runbook parameter it stands for,
-    so :func:`_incident_params` reads them all into one
-    :class:`~perfkit.sources.live.IncidentParams`.
-    """
-    opts = [
-        click.option("--prometheus", "prometheus_url", default="", help="Prometheus-compatible API base URL"),
-        click.option(
-            "--token-env",
-            "prometheus_token_env",
-            default="",
-            help="name of the env var holding the bearer token",
-        ),
-        click.option(
-            "--token-file", "prometheus_token_file", default="", help="file holding the bearer token"
-        ),
-        click.option(
-            "--basic-auth-user",
-            "prometheus_basic_auth_user",
-            default="",
-            help="basic auth user (the password comes from --password-env)",
-        ),
-        click.option(
-            "--password-env",
-            "prometheus_password_env",
-            default="",
-            help="name of the env var holding the basic-auth password",
-        ),
-        click.option(
-            "--timeout",
-            "timeout_s",
-            default=30.0,
-            show_default=True,
-            type=click.FloatRange(min=0.1, max=3600),
-            help="seconds one HTTP request may take; retries stay within 4x that",
-        ),
-        click.option("--ca-file", "tls_ca_file", default="", help="CA bundle for https sources"),
-        click.option("--alertmanager", "alertmanager_url", default="", help="Alertmanager base URL"),
-        click.option("--logs", "logs", multiple=True, help="log file or glob (repeatable)"),
-        click.option("--deploys", default="", help="deploy history: events.csv, JSON or YAML"),
-        click.option("--git-repo", default="", help="a repository whose tags in the window are releases"),
-        click.option("--release-metric", default="", help="METRIC:LABEL whose label changes are releases"),
-        click.option("--start", default="", help="incident window start (UTC ISO 8601)"),
-        click.option("--end", default="", help="incident window end"),
-        click.option("--since", default="", help="instead of --start/--end: the last 2h, 90m, 1d"),
-        click.option("--baseline-start", default=""),
-        click.option("--baseline-end", default=""),
-        click.option("--service", default=""),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
 
 
 def _incident_params(live: dict[str, Any]) -> IncidentParams:
@@ -280,7 +224,7 @@ def triage(bundle: str | None, fmt: str, **live: Any) -> None:
     from perfkit.triage.table import triage_bundle, triage_evidence
 
     if bundle:
-        result = triage_bundle(bundle_path(bundle))
+        result = triage_bundle(bundle_path(bundle), scope=live.get("scope"), hosts=live.get("hosts"))
     elif live.get("prometheus_url"):
         incident, ev = _live(live)
         result = triage_evidence(ev.engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing)
@@ -391,6 +335,9 @@ def lab_parameters(url: str, root: Path, incident) -> dict[str, Any]:
     if incident.hardware.usd_per_gpu_hour:
         params["gpu_count"] = incident.hardware.count
         params["usd_per_gpu_hour"] = incident.hardware.usd_per_gpu_hour
+    for key in ("scope", "hosts"):
+        if getattr(incident, key):
+            params[key] = getattr(incident, key)
     return params
 
 
@@ -415,12 +362,16 @@ def _lab_start(engine: str, root: Path, name: str, *, port: int = 0):
     "--engine", type=click.Choice(["prometheus", "victoriametrics"]), default="prometheus", show_default=True
 )
 @click.option("--port", default=0, help="port on 127.0.0.1 (default: a free one)")
-def lab_up(bundle: str, engine: str, port: int) -> None:
-    """Start ENGINE on 127.0.0.1 with BUNDLE loaded; print the URL to paste into a runbook."""
+@scope_options
+def lab_up(bundle: str, engine: str, port: int, scope: str, hosts: str) -> None:
+    """Start ENGINE on 127.0.0.1 with BUNDLE loaded; print the URL to paste into a runbook.
+
+    The server holds every workload of the bundle, as a fleet's Prometheus does; --scope goes into
+    the parameters printed, so the runbook judges the affected one."""
     from perfkit.sources.incident_file import read_incident
 
     root = bundle_path(bundle)
-    incident = read_incident(root / "incident.yaml")
+    incident = scoped_incident(read_incident(root / "incident.yaml"), scope, hosts)
     name = f"{engine}-{root.name}"
     server, workdir = _lab_start(engine, root, name, port=port)
     click.echo(f"{engine} is up: {server.url}  (pid {server.pid}, data {workdir})")
@@ -503,19 +454,23 @@ def drill_list() -> None:
 )
 @click.option("--live", is_flag=True, help="serve the metrics from a local Prometheus (perfkit lab) instead")
 @click.option("--lab/--no-lab", "start_lab", default=False, help="also open the runbook in JupyterLab")
-def drill_start(name: str, out: str | None, live: bool, start_lab: bool) -> None:
+@scope_options
+def drill_start(name: str, out: str | None, live: bool, start_lab: bool, scope: str, hosts: str) -> None:
     """Set up an incident folder for drill NAME: the evidence (answer hidden) and a parameterized runbook."""
     from perfkit.app.drills import start
+    from perfkit.core.scope import parse_scope
 
+    parse_scope(scope, hosts)  # a typo fails before anything is written
     folder = Path(out) if out else Path("out/drills") / name
-    bundle, runbook = start(name, folder)
+    bundle, runbook = start(name, folder, scope={"scope": scope, "hosts": hosts})
     click.echo(f"drill {name}: evidence in {bundle}, runbook {runbook}")
     if live:
         from perfkit.app.lab_open import write_parameterized
         from perfkit.sources.incident_file import read_incident
 
         server, _ = _lab_start("prometheus", bundle, f"prometheus-drill-{name}")
-        params = lab_parameters(server.url, bundle.resolve(), read_incident(bundle / "incident.yaml"))
+        incident = scoped_incident(read_incident(bundle / "incident.yaml"), scope, hosts)
+        params = lab_parameters(server.url, bundle.resolve(), incident)
         from perfkit.app.drills import runbook_for
 
         runbook = write_parameterized(runbook_for(bundle), folder, params)

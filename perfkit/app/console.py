@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from perfkit.triage.table import TriageResult
@@ -18,8 +19,11 @@ def make_console() -> Console:
 
 
 def triage_table(result: TriageResult, console: Console | None = None) -> None:
+    """The ranked table, the scope it judged, and (unscoped, several workloads) the --scope to use."""
     console = console or make_console()
-    table = Table(title=f"Triage — {result.incident}  ({result.window['start']} → {result.window['end']})")
+    table = Table(
+        title=escape(f"Triage — {result.incident}  ({result.window['start']} → {result.window['end']})")
+    )
     for col in ("rank", "direction", "symptom", "fired", "verdict", "score", "why"):
         table.add_column(col, overflow="fold")
     for i, r in enumerate(result.results, start=1):
@@ -31,10 +35,42 @@ def triage_table(result: TriageResult, console: Console | None = None) -> None:
             "yes" if r.detection.detected else "no",
             f"[{VERDICT_STYLE[v]}]{v}[/]",
             f"{r.score:.2f}",
-            r.verification.why,
+            escape(r.verification.why),
         )
     console.print(table)
+    if result.judged:
+        console.print(
+            escape(
+                f"judged span: {result.judged.get('start')} → {result.judged.get('end')} "
+                f"({result.judged.get('why')})"
+            )
+        )
+    if result.scope:
+        scope = result.scope
+        console.print(
+            escape(
+                f"scope: {scope['scope']['matchers'] or 'hosts ' + ', '.join(scope['scope']['hosts'] or [])}; "
+                f"hosts {', '.join(scope['hosts']) or '(not joined)'}; "
+                f"{scope['workload_series']['kept']} workload and {scope['gpu_host_series']['kept']} GPU/host series kept"
+            )
+        )
+    if len(result.workloads) > 1:
+        console.print(
+            f"[bold yellow]{len(result.workloads)} workloads in the evidence, judged together.[/] "
+            "Judge the affected one with --scope:"
+        )
+        for w in result.workloads:
+            traffic = (
+                f"{w['traffic']:.3g} {w['traffic_unit']}" if w.get("traffic") is not None else "no traffic"
+            )
+            console.print(
+                escape(
+                    f"  --scope '{w['scope']}'   {w['kind']}, {w['series']} series, {traffic}, "
+                    f"hosts {', '.join(w['hosts']) or '?'}"
+                ),
+                soft_wrap=True,
+            )
     if result.suspect_version:
-        console.print(f"suspect version: [bold]{result.suspect_version}[/]")
+        console.print(f"suspect version: [bold]{escape(result.suspect_version)}[/]")
     if result.missing:
-        console.print("missing evidence: " + "; ".join(result.missing), style="dim")
+        console.print(escape("missing evidence: " + "; ".join(result.missing)), style="dim")

@@ -55,8 +55,11 @@ def find(name: str, root: Path = SCENARIOS) -> Drill:
     raise ConfigError(f"no drill named {name!r}: see `perfkit drill list`")
 
 
-def start(name: str, out: Path, *, root: Path = SCENARIOS) -> tuple[Path, Path]:
-    """Copy the incident (without its answer) into ``out`` and write a runbook parameterized for it.
+def start(
+    name: str, out: Path, *, root: Path = SCENARIOS, scope: dict[str, str] | None = None
+) -> tuple[Path, Path]:
+    """Copy the incident (without its answer) into ``out`` and write a runbook parameterized for it
+    (``scope``: the ``scope``/``hosts`` runbook parameters, when given).
 
     Returns (bundle copy, runbook path)."""
     drill = find(name, root)
@@ -66,7 +69,8 @@ def start(name: str, out: Path, *, root: Path = SCENARIOS) -> tuple[Path, Path]:
     shutil.copytree(drill.path, bundle, ignore=shutil.ignore_patterns("answer.yaml"))
     from perfkit.app.lab_open import write_parameterized
 
-    runbook = write_parameterized(runbook_for(bundle), out, {"bundle": str(bundle.resolve())})
+    params = {"bundle": str(bundle.resolve()), **{k: v for k, v in (scope or {}).items() if v}}
+    runbook = write_parameterized(runbook_for(bundle), out, params)
     return bundle, runbook
 
 

@@ -87,6 +87,8 @@ _SHOWN_PARAMETERS = (
     "baseline_start",
     "baseline_end",
     "service",
+    "scope",
+    "hosts",
 )
 """The incident parameters kept in ``Context.params`` (with the bundle and any unknown ones)."""
 
@@ -134,6 +136,7 @@ def open_incident(bundle: str = "", **params: Any) -> Context:
 
 def _open_bundle(ctx: Context, bundle: str, wanted: IncidentParams) -> None:
     from perfkit.engine.local import LocalEngine
+    from perfkit.engine.scope import ScopeMatchesNothing
     from perfkit.sources.bundle import load_bundle
     from perfkit.sources.incident_file import read_incident
 
@@ -144,6 +147,8 @@ def _open_bundle(ctx: Context, bundle: str, wanted: IncidentParams) -> None:
         end=wanted.end or None,
         baseline_start=wanted.baseline_start or None,
         baseline_end=wanted.baseline_end or None,
+        scope=wanted.scope or None,
+        hosts=wanted.hosts or None,
     )
     if incident.baseline is None:
         incident.baseline = default_baseline(incident.window)
@@ -152,7 +157,12 @@ def _open_bundle(ctx: Context, bundle: str, wanted: IncidentParams) -> None:
     for key, value in wanted.slo.items():
         if value:
             incident.slo[key] = float(value)
-    b = load_bundle(root, incident=incident)
+    try:
+        b = load_bundle(root, incident=incident)
+    except ScopeMatchesNothing as exc:
+        from perfkit.triage.table import with_workloads
+
+        raise with_workloads(exc, root) from None
     ctx.bundle, ctx.incident, ctx.engine = b, incident, LocalEngine(b.store)
     ctx.events, ctx.logs, ctx.stats = b.events, b.logs, b.stats
     ctx.add_missing(b.missing)
@@ -203,9 +213,26 @@ def _events(ctx: Context) -> list[dict[str, Any]]:
 def scope(ctx: Context) -> Section:
     inc = ctx.incident
     assert inc is not None
+    report, workloads = _scope(ctx)
     return show.scope_section(
-        inc, ctx.engine.name, ctx.params.get("bundle") or ctx.params.get("prometheus_url")
+        inc,
+        ctx.engine.name,
+        ctx.params.get("bundle") or ctx.params.get("prometheus_url"),
+        report.as_dict() if report else None,
+        [w.as_dict() for w in workloads],
     )
+
+
+def _scope(ctx: Context) -> tuple[Any, list[Any]]:
+    """The scope's report (scoped evidence), else the workloads the evidence holds (computed once)."""
+    report = getattr(ctx.bundle, "scope", None) or getattr(ctx.engine, "report", None)
+    if report is not None:
+        return report, []
+    from perfkit.analyses.workloads import find_workloads
+
+    inc = ctx.incident
+    assert inc is not None
+    return None, ctx.need("workloads", lambda: find_workloads(ctx.engine, inc.window))
 
 
 @section("completeness", "Data completeness")
@@ -268,6 +295,9 @@ def triage(ctx: Context) -> Section:
         lambda: gather(ctx.engine, inc, events=events, logs=ctx.logs, baseline=base, stages=st, release=rel),
     )
     res = ctx.need("triage", lambda: run(ev))
+    report, workloads = _scope(ctx)
+    res.scope = report.as_dict() if report else None
+    res.workloads = [w.as_dict() for w in workloads]
     series = {
         r.row.direction: evidence_series(r.row.direction, ctx.engine, rel.span, per_token=ev.per_token())
         for r in res.confirmed()

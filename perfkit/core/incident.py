@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from perfkit.core.frames import Window, utc
+from perfkit.core.scope import Scope, parse_scope
 from perfkit.errors import BundleError, ConfigError
 
 SLO_KEYS = ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s", "error_rate_frac")
@@ -30,6 +31,8 @@ class Incident:
     model: str | None = None
     slo: dict[str, float] = field(default_factory=dict)
     hardware: Hardware = field(default_factory=Hardware)
+    scope: str = ""  # PromQL label matchers of the affected workload (perfkit.core.scope)
+    hosts: str = ""  # the workload's hosts, comma-separated, when the host join cannot find them
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +44,8 @@ class Incident:
             "baseline": self.baseline.as_dict() if self.baseline else None,
             "slo": dict(self.slo),
             "hardware": self.hardware.__dict__,
+            "scope": self.scope or None,
+            "hosts": self.hosts or None,
         }
 
 
@@ -95,6 +100,13 @@ def parse_incident(data: Any, *, path: str = "incident.yaml") -> Incident:
         count=int(hw.get("count", 1) or 1),
         usd_per_gpu_hour=float(hw["usd_per_gpu_hour"]) if hw.get("usd_per_gpu_hour") is not None else None,
     )
+    scope, hosts = str(data.get("scope") or ""), data.get("hosts") or ""
+    if isinstance(hosts, list):
+        hosts = ",".join(str(h) for h in hosts)
+    try:
+        parse_scope(scope, str(hosts))
+    except ConfigError as exc:
+        raise BundleError(str(exc), path=path) from None
     return Incident(
         id=str(data.get("id") or "INC-unknown"),
         title=str(data.get("title") or "Untitled incident"),
@@ -104,6 +116,8 @@ def parse_incident(data: Any, *, path: str = "incident.yaml") -> Incident:
         baseline=baseline,
         slo=slo,
         hardware=hardware,
+        scope=scope,
+        hosts=str(hosts),
     )
 
 
@@ -114,8 +128,10 @@ def with_overrides(
     end: datetime | str | None = None,
     baseline_start: datetime | str | None = None,
     baseline_end: datetime | str | None = None,
+    scope: str | None = None,
+    hosts: str | None = None,
 ) -> Incident:
-    """A copy with the window/baseline replaced by runbook parameters where given."""
+    """A copy with the window/baseline (and scope) replaced by runbook parameters where given."""
     window = incident.window
     if start or end:
         window = make_window(start or window.start, end or window.end, what="window")
@@ -132,4 +148,11 @@ def with_overrides(
         incident.model,
         dict(incident.slo),
         incident.hardware,
+        scope or incident.scope,
+        hosts or incident.hosts,
     )
+
+
+def incident_scope(incident: Incident) -> Scope:
+    """The incident's workload scope (empty: everything the evidence holds)."""
+    return parse_scope(incident.scope, incident.hosts)

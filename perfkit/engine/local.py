@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from perfkit.core.frames import TS_DTYPE, MetricStore, to_ms
+from perfkit.core.scope import Matcher
 from perfkit.engine.ops import (
     LOOKBACK_S,
     Aggregate,
@@ -94,6 +95,8 @@ class LocalEngine:
             if label not in frame.columns:
                 return None
             frame = frame.filter(pl.col(label) == value)
+        if sel.scoped:
+            frame = _scoped(frame, sel.scoped)
         return frame
 
     def _instant_selector(self, sel: Selector, steps: np.ndarray) -> pl.DataFrame:
@@ -131,6 +134,18 @@ class LocalEngine:
 
 
 # -- helpers (pure) ----------------------------------------------------------------------------
+
+
+def _scoped(frame: pl.DataFrame, matchers: tuple[Matcher, ...]) -> pl.DataFrame:
+    """The series of ``frame`` every scope matcher accepts (judged once per distinct label set)."""
+    labels = [c for c in frame.columns if c not in ("ts", "value")]
+    series = frame.select(labels).unique() if labels else pl.DataFrame({"_": [0]})
+    keep = [all(m.matches(row) for m in matchers) for row in series.iter_rows(named=True)]
+    if all(keep):
+        return frame
+    if not labels:
+        return frame.clear()
+    return frame.join(series.filter(pl.Series(keep)), on=labels, how="semi", nulls_equal=True)
 
 
 def _empty(labels: list[str]) -> pl.DataFrame:

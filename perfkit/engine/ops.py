@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfkit.core.scope import Matcher
+
 LOOKBACK_S = 300.0  # Prometheus' default lookback delta for instant selectors
 
 RANGE_FUNCTIONS = (
@@ -32,13 +34,19 @@ BINARY_OPS = ("+", "-", "*", "/")
 
 @dataclass(frozen=True)
 class Selector:
-    """An instant vector selector: ``metric{label="value", ...}`` (equality matchers only)."""
+    """An instant vector selector: ``metric{label="value", ...}``: equality ``matchers``, plus the
+    ``scoped`` matchers (any of ``= != =~ !~``) a workload scope adds (:mod:`perfkit.core.scope`)."""
 
     metric: str
     matchers: tuple[tuple[str, str], ...] = ()
+    scoped: tuple[Matcher, ...] = ()
 
     def where(self, **labels: str) -> Selector:
-        return Selector(self.metric, tuple(sorted({**dict(self.matchers), **labels}.items())))
+        return Selector(self.metric, tuple(sorted({**dict(self.matchers), **labels}.items())), self.scoped)
+
+    def narrowed(self, *matchers: Matcher) -> Selector:
+        """This selector with scope matchers added."""
+        return Selector(self.metric, self.matchers, (*self.scoped, *matchers))
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ def _escape(value: str) -> str:
 
 
 def selector(sel: Selector) -> str:
-    if not sel.matchers:
+    if not sel.matchers and not sel.scoped:
         return sel.metric
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sel.matchers)
+    inner = ",".join([*(f'{k}="{_escape(v)}"' for k, v in sel.matchers), *(m.promql() for m in sel.scoped)])
     return f"{sel.metric}{{{inner}}}"
 
 

@@ -8,7 +8,7 @@ the inputs; the computation lives in ``perfkit.analyses``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,8 +57,17 @@ def _fig_json(fig: Any) -> dict[str, Any] | None:
     return fig.to_plotly_json() if fig is not None else None
 
 
-def scope_section(inc: Incident, source: str, evidence: Any) -> Section:
-    """The incident's fields as a table; ``source`` is the engine's name, ``evidence`` the bundle or URL."""
+def scope_section(
+    inc: Incident,
+    source: str,
+    evidence: Any,
+    scope: Mapping[str, Any] | None = None,
+    workloads: Sequence[Mapping[str, Any]] = (),
+) -> Section:
+    """The incident's fields as a table; ``source`` is the engine's name, ``evidence`` the bundle or URL.
+
+    ``scope`` is the workload scope's report (what it kept); ``workloads`` those the evidence holds
+    when it is not scoped (several: the rows below judge them together, and each one's scope is shown)."""
     rows = [
         ["incident", inc.id],
         ["title", inc.title],
@@ -73,13 +82,47 @@ def scope_section(inc: Incident, source: str, evidence: Any) -> Section:
         ["hardware", f"{inc.hardware.count} x {inc.hardware.gpu}"],
         ["evidence", f"{source}: {evidence}"],
     ]
+    summary = f"{inc.service}: {inc.title}"
+    status = "ok"
+    if scope:
+        chosen = scope["scope"]
+        rows.append(["workload scope", chosen["matchers"] or "(hosts only)"])
+        rows.append(
+            ["hosts", ", ".join(scope["hosts"]) or "not joined: " + "; ".join(scope.get("notes") or [])]
+        )
+        rows.append(
+            [
+                "series kept",
+                f"{scope['workload_series']['kept']} of {scope['workload_series']['seen']} workload series, "
+                f"{scope['gpu_host_series']['kept']} of {scope['gpu_host_series']['seen']} GPU/host series",
+            ]
+        )
+        summary += f" — scope {chosen['matchers'] or 'hosts ' + ', '.join(chosen['hosts'] or [])}"
+    for w in workloads:
+        traffic = f"{w['traffic']:.3g} {w['traffic_unit']}" if w.get("traffic") is not None else "no traffic"
+        rows.append(
+            [
+                f"workload ({w['kind']})",
+                f"scope = '{w['scope']}': {w['series']} series, {traffic}, hosts {', '.join(w['hosts']) or '?'}",
+            ]
+        )
+    if len(workloads) > 1:
+        status = "warn"
+        summary += (
+            f" — {len(workloads)} workloads in the evidence, judged together: set the `scope` parameter "
+            "to the affected one"
+        )
     table = pl.DataFrame({"field": [r[0] for r in rows], "value": [str(r[1]) for r in rows]})
     f = Finding(
         "scope",
         "Scope",
-        f"{inc.service}: {inc.title}",
-        data={**inc.as_dict(), "source": source},
+        summary,
+        status=status,
+        data={**inc.as_dict(), "source": source, "scope": scope, "workloads": list(workloads)},
         table=table_from_frame(table),
+        missing=[f"scope: {len(workloads)} workloads judged together (no scope given)"]
+        if len(workloads) > 1
+        else [],
     )
     return Section(f, table)
 
@@ -260,6 +303,9 @@ def triage_section(
                 f"; {len(unchecked)} of {len(res.results)} rows could not be checked (evidence missing)"
             )
         status = "missing" if 2 * len(unchecked) > len(res.results) else "ok"
+    judged = res.judged or {}
+    if judged.get("narrowed"):
+        summary += f" (judged {judged['start']} → {judged['end']}: {judged['why']})"
     from perfkit.report.evidence_figures import evidence_figure
 
     figs = []

@@ -25,7 +25,9 @@ from pathlib import Path
 import polars as pl
 
 from perfkit.core.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, MetricStore
-from perfkit.core.incident import Incident
+from perfkit.core.incident import Incident, incident_scope
+from perfkit.core.scope import Scope, ScopeReport
+from perfkit.engine.scope import scope_store
 from perfkit.errors import BundleError
 from perfkit.sources import openmetrics
 from perfkit.sources.incident_file import read_incident
@@ -46,10 +48,15 @@ class Bundle:
     unknown_log_lines: int = 0
     files: dict[str, list[str]] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    scope: ScopeReport | None = None  # what the workload scope kept (None: not scoped)
 
 
-def load_bundle(path: str | Path, *, incident: Incident | None = None) -> Bundle:
+def load_bundle(path: str | Path, *, incident: Incident | None = None, scope: Scope | None = None) -> Bundle:
     """Load everything a bundle holds; ``incident`` overrides its incident.yaml (e.g. a runbook's window).
+
+    ``scope`` (default: the incident's ``scope:``/``hosts:``) keeps only the affected workload's
+    series and those of its hosts (:mod:`perfkit.engine.scope`); a scope that matches nothing is a
+    :class:`~perfkit.engine.scope.ScopeMatchesNothing` error.
 
     Raises :class:`~perfkit.errors.BundleError` for a missing folder, a missing, malformed or
     refused ``incident.yaml`` and a malformed metrics file. Anything else that cannot or may not
@@ -75,6 +82,10 @@ def load_bundle(path: str | Path, *, incident: Incident | None = None) -> Bundle
     elif not metric_files and not any(m.startswith("metrics: ") for m in missing):
         missing.append("metrics: metrics/ holds no *.om files")
     store = openmetrics.read_files(metric_files) if metric_files else MetricStore()
+    scope = scope if scope is not None else incident_scope(inc)
+    report = None
+    if scope:
+        store, report = scope_store(store, scope)
     files["metrics"] = [_rel(p, root) for p in metric_files]
 
     from perfkit.sources.events import read_events
@@ -105,7 +116,7 @@ def load_bundle(path: str | Path, *, incident: Incident | None = None) -> Bundle
         missing.extend(f"logs: {err}" for err in result.errors)
     elif not any(m.startswith("logs: ") for m in missing):
         missing.append("logs: the bundle has no logs/")
-    return Bundle(root, inc, store, events, logs, stats, unknown, files, missing)
+    return Bundle(root, inc, store, events, logs, stats, unknown, files, missing, report)
 
 
 def _rel(path: Path, root: Path) -> str:

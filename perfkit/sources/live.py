@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from perfkit.core.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, Window
-from perfkit.core.incident import Hardware, Incident, default_baseline, make_window
+from perfkit.core.incident import Hardware, Incident, default_baseline, incident_scope, make_window
+from perfkit.engine.scope import ScopedEngine
 from perfkit.errors import ConfigError, PerfkitError, SecretLeak
 
 if TYPE_CHECKING:
@@ -154,6 +155,8 @@ def live_incident(
     gpu_count: int = 0,
     usd_per_gpu_hour: float = 0.0,
     title: str = "",
+    scope: str = "",
+    hosts: str = "",
 ) -> Incident:
     """An incident described by parameters alone (no incident.yaml)."""
     if since and not (start or end):
@@ -175,6 +178,8 @@ def live_incident(
         baseline=baseline,
         slo={k: float(v) for k, v in (slo or {}).items() if v},
         hardware=Hardware(count=int(gpu_count) or 1, usd_per_gpu_hour=float(usd_per_gpu_hour) or None),
+        scope=scope,
+        hosts=hosts,
     )
 
 
@@ -210,6 +215,8 @@ class IncidentParams:
     slo: Mapping[str, float] = field(default_factory=dict)
     gpu_count: int = 0
     usd_per_gpu_hour: float = 0.0
+    scope: str = ""  # PromQL label matchers of the affected workload (perfkit.core.scope)
+    hosts: str = ""  # its hosts, comma-separated, when the host join cannot find them
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -271,6 +278,8 @@ class IncidentParams:
             slo=dict(self.slo),
             gpu_count=self.gpu_count,
             usd_per_gpu_hour=self.usd_per_gpu_hour,
+            scope=self.scope,
+            hosts=self.hosts,
         )
 
 
@@ -285,8 +294,12 @@ def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
     cfg.check()
     client = PrometheusClient(cfg.prometheus_http())
     span_start = incident.baseline.start if incident.baseline else incident.window.start
-    engine = PrometheusEngine(client, start=span_start - timedelta(minutes=5), end=incident.window.end)
+    engine: Any = PrometheusEngine(client, start=span_start - timedelta(minutes=5), end=incident.window.end)
     engine.metric_names()  # fail now, with the URL and status, if the server does not answer
+    scope = incident_scope(incident)
+    if scope:  # every query carries the workload's matchers, or its hosts (perfkit.engine.scope)
+        engine = ScopedEngine(engine, scope, Window(span_start, incident.window.end))
+        engine.hosts()  # fail now if the scope matches nothing on the server
     missing: list[str] = []
     frames = [pl.DataFrame(schema=EVENTS_SCHEMA)]
     frames.extend(_releases(cfg, engine, Window(span_start, incident.window.end), incident.service, missing))

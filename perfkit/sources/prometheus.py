@@ -37,7 +37,8 @@ import polars as pl
 import requests
 
 from perfkit.core.frames import TS_DTYPE, to_ms, utc
-from perfkit.engine.ops import Expr, validate
+from perfkit.engine.ops import Expr, Selector, validate
+from perfkit.engine.promql import selector as to_selector
 from perfkit.engine.promql import to_promql
 from perfkit.errors import SourceError
 from perfkit.sources.http import (
@@ -360,15 +361,25 @@ class PrometheusEngine:
             return series_frame([{"metric": {}, "value": [t, v]}])
         return series_frame(list(data["result"]))
 
-    def raw(self, metric: str, start: datetime, end: datetime, *, chunk_s: float = 6 * 3600) -> pl.DataFrame:
-        """Stored samples of ``metric`` in [start, end] via range-vector instant queries, in chunks."""
+    def raw(
+        self,
+        metric: str,
+        start: datetime,
+        end: datetime,
+        *,
+        chunk_s: float = 6 * 3600,
+        selector: Selector | None = None,
+    ) -> pl.DataFrame:
+        """Stored samples of ``metric`` (or of ``selector``, with its matchers) in [start, end] via
+        range-vector instant queries, in chunks."""
+        text = to_selector(selector) if selector is not None else metric
         a, b = to_ms(start), to_ms(end)
         frames = []
         t = a
         while t <= b:
             e = min(b, t + int(chunk_s * 1000))
             width = max(1, (e - t) // 1000)
-            data = self.client.query(f"{metric}[{width}s]", utc(e / 1000), want=("matrix", "vector"))
+            data = self.client.query(f"{text}[{width}s]", utc(e / 1000), want=("matrix", "vector"))
             frames.append(series_frame(list(data["result"])))
             t = e + 1
         frames = [f for f in frames if f.height]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from perfkit.analyses.baseline import BaselineComparison, compare
+from perfkit.analyses.onset import Onset, find_onset
 from perfkit.analyses.release import ReleaseCorrelation, correlate
 from perfkit.analyses.stages import StageBreakdown, breakdown
 from perfkit.analyses.training_evidence import gather_training
@@ -46,6 +48,7 @@ class Evidence:
     missing: list[str] = field(default_factory=list)
     train: Any = None  # perfkit.analyses.training_evidence.TrainingEvidence
     oom: dict[str, float] | None = None  # largest CUDA OOM allocation asked for vs free (GiB)
+    onset: Onset | None = None  # the span judged: ``incident.window`` is already narrowed to it
 
     # convenience accessors --------------------------------------------------------------------
     def q(self, side: str, signal: str, q: float) -> float | None:
@@ -260,10 +263,18 @@ def gather(
     stages: StageBreakdown | None = None,
     release: ReleaseCorrelation | None = None,
 ) -> Evidence:
-    """Everything triage needs; pass already computed analyses to avoid computing them twice."""
+    """Everything triage needs; pass already computed analyses to avoid computing them twice.
+
+    The rows judge the span after the onset (:func:`perfkit.analyses.onset.find_onset`): ``inc``'s
+    window is narrowed to it, and analyses computed over the whole window are recomputed over it.
+    Release correlation keeps the whole window (the deploy at the onset is in it)."""
+    rel = release or correlate(engine, inc.window, inc.baseline, events)
+    onset = find_onset(rel, inc.window, inc.baseline, inc.slo)
+    if onset.narrowed:
+        inc = dataclasses.replace(inc, window=onset.span)
+        baseline = stages = None
     base = baseline or compare(engine, inc.window, inc.baseline, inc.slo)
     st = stages or breakdown(engine, inc.window, inc.baseline)
-    rel = release or correlate(engine, inc.window, inc.baseline, events)
     missing = [*base.missing, *rel.missing]
     if inc.baseline is None:
         missing.append("triage: no baseline window; rows needing a comparison are inconclusive")
@@ -293,4 +304,5 @@ def gather(
         missing,
         gather_training(engine, inc),
         oom_shortfall(logs, inc.window),
+        onset,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -29,6 +29,9 @@ class TriageResult:
     results: list[RowResult]  # ranked
     missing: list[str]
     suspect_version: str | None
+    scope: dict[str, Any] | None = None  # the workload scope and what it kept (None: everything)
+    workloads: list[dict[str, Any]] = field(default_factory=list)  # found when not scoped
+    judged: dict[str, Any] | None = None  # the span the rows judged (onset to end) and why
 
     @property
     def top(self) -> RowResult | None:
@@ -75,6 +78,9 @@ class TriageResult:
                 "symptoms": symptoms,
                 "directions": directions,
                 "missing": self.missing,
+                "scope": self.scope,
+                "workloads": self.workloads,
+                "judged": self.judged,
             }
         )
         return out
@@ -134,30 +140,76 @@ def run(ev: Evidence) -> TriageResult:
                 eff.score *= T.EFFECT_DISCOUNT
                 eff.explained_by = cause.row.direction
     results.sort(key=lambda r: (-r.score, _order(r.row)))
-    return TriageResult(
-        ev.incident.id, ev.incident.window.as_dict(), results, missing, ev.release.suspect_version
-    )
+    judged = ev.onset.as_dict() if ev.onset else None
+    window = ev.onset.window.as_dict() if ev.onset else ev.incident.window.as_dict()
+    return TriageResult(ev.incident.id, window, results, missing, ev.release.suspect_version, judged=judged)
 
 
 def triage_evidence(
-    engine: Any, incident: Any, *, events: pl.DataFrame, logs: Any, missing: list[str]
+    engine: Any,
+    incident: Any,
+    *,
+    events: pl.DataFrame,
+    logs: Any,
+    missing: list[str],
+    scope: Any = None,
 ) -> TriageResult:
     """The triage table on opened evidence (a bundle's or live sources'), with the evidence the
-    sources could not get added to the result's ``missing``."""
+    sources could not get added to the result's ``missing``. ``scope`` is the
+    :class:`~perfkit.core.scope.ScopeReport` of already scoped evidence; without one, the
+    workloads the evidence holds are listed and, when there are several, the result says they are
+    judged together."""
+    from perfkit.analyses.workloads import find_workloads
     from perfkit.triage.evidence import gather
 
     result = run(gather(engine, incident, events=events, logs=logs))
     for m in missing:
         if m not in result.missing:
             result.missing.append(m)
+    if scope is not None:
+        result.scope = scope.as_dict()
+        result.missing.extend(f"scope: {note}" for note in scope.notes)
+    else:
+        workloads = find_workloads(engine, incident.window)
+        result.workloads = [w.as_dict() for w in workloads]
+        if len(workloads) > 1:
+            result.missing.insert(
+                0,
+                f"scope: the evidence holds {len(workloads)} workloads "
+                f"({', '.join(w.value for w in workloads)}), judged together; give --scope to judge one",
+            )
     return result
 
 
-def triage_bundle(path: Any) -> TriageResult:
+def triage_bundle(path: Any, scope: str | None = None, hosts: str | None = None) -> TriageResult:
     """The triage table on an incident bundle folder: what ``perfkit triage --bundle``, drills and
-    grading all run (one seam, so they cannot disagree)."""
+    grading all run (one seam, so they cannot disagree). ``scope``/``hosts`` override the
+    incident's ``scope:``/``hosts:`` (:mod:`perfkit.core.scope`)."""
+    from perfkit.core.scope import parse_scope
     from perfkit.engine.local import LocalEngine
+    from perfkit.engine.scope import ScopeMatchesNothing
     from perfkit.sources.bundle import load_bundle
 
-    b = load_bundle(path)
-    return triage_evidence(LocalEngine(b.store), b.incident, events=b.events, logs=b.logs, missing=b.missing)
+    chosen = parse_scope(scope, hosts) if scope or hosts else None
+    try:
+        b = load_bundle(path, scope=chosen)
+    except ScopeMatchesNothing as exc:
+        raise with_workloads(exc, path) from None
+    return triage_evidence(
+        LocalEngine(b.store), b.incident, events=b.events, logs=b.logs, missing=b.missing, scope=b.scope
+    )
+
+
+def with_workloads(exc: Exception, path: Any) -> Exception:
+    """A scope that matched nothing, with the workloads the bundle at ``path`` does hold and the
+    scope that selects each."""
+    from perfkit.analyses.workloads import find_workloads
+    from perfkit.core.scope import Scope
+    from perfkit.engine.local import LocalEngine
+    from perfkit.engine.scope import ScopeMatchesNothing
+    from perfkit.sources.bundle import load_bundle
+
+    whole = load_bundle(path, scope=Scope())
+    found = find_workloads(LocalEngine(whole.store), whole.incident.window)
+    listed = "; ".join(f"scope '{w.scope}'" for w in found) or "none found"
+    return ScopeMatchesNothing(f"{exc}; the bundle's workloads: {listed}")

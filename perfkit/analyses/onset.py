@@ -1,0 +1,108 @@
+"""Where the incident starts inside the window: the span the triage rows judge.
+
+An on-call engineer picks the window before knowing the onset (``--since 2h``). Averages over the
+whole window dilute the fault by the healthy time before it (a 60-minute fault in a 3-hour
+window shows a third of its size), so the rows judge the span from the onset to the window's end.
+
+The onset is the earliest *degrading* level shift (a latency quantile up, the step time up, the
+token rate down: :mod:`perfkit.analyses.release` finds them over baseline → window) that starts
+inside the window, or else the first sustained SLO breach. With neither, or when the onset is at
+the window's start anyway, the whole window is judged, and the result says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from perfkit.analyses.release import ReleaseCorrelation
+from perfkit.core.frames import Window, iso
+
+MIN_LEAD_FRAC = 0.1
+"""An onset in the first 10 % of the window is the window's start: the window is already tight."""
+MIN_SPAN_S = 20 * 60.0
+"""The judged span keeps at least 20 minutes: the interference row bins by 2 minutes and needs 10
+bins, and a quantile over fewer minutes of traffic is noise."""
+SLO_BREACH_STEPS = 3
+"""An SLO breach counts as an onset when it lasts 3 consecutive steps (not one slow scrape)."""
+SLO_SERIES = {
+    "ttft_p95_s": "TTFT p95",
+    "e2e_p99_s": "E2E p95",
+    "itl_p95_s": "ITL p95",
+    "tpot_p95_s": "TPOT p95",
+}
+
+
+@dataclass(frozen=True)
+class Onset:
+    window: Window  # the incident window as given
+    span: Window  # what the rows judge
+    ts: datetime | None  # the onset found (None: none)
+    why: str
+
+    @property
+    def narrowed(self) -> bool:
+        return self.span != self.window
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "start": iso(self.span.start),
+            "end": iso(self.span.end),
+            "onset": iso(self.ts) if self.ts else None,
+            "narrowed": self.narrowed,
+            "why": self.why,
+        }
+
+
+def find_onset(
+    rel: ReleaseCorrelation, window: Window, baseline: Window | None, slo: dict[str, float] | None = None
+) -> Onset:
+    """The span of ``window`` after the incident's onset (see the module docstring).
+
+    Shifts between the baseline's end and the window count: one before the window's start means
+    the fault was on when the window began, and the whole window is judged."""
+    lead = max(MIN_LEAD_FRAC * window.seconds, rel.step_s)
+    latest = window.end - timedelta(seconds=MIN_SPAN_S)
+    since = baseline.end if baseline is not None and baseline.end < window.start else window.start
+    shifts = sorted(
+        (s for s in rel.shifts if s.degrading and since <= s.ts <= window.end), key=lambda s: s.ts
+    )
+    if shifts:
+        first = shifts[0]
+        why = f"{first.series} shifted {first.rel_change:+.0%} at {iso(first.ts)}"
+        return _span(window, first.ts, why, lead, latest)
+    for key, name in SLO_SERIES.items():
+        bound = (slo or {}).get(key)
+        frame = rel.series.get(name)
+        if not bound or frame is None or not frame.height:
+            continue
+        inside = frame.filter(frame["ts"] >= window.start)
+        run = 0
+        for ts, value in zip(inside["ts"].to_list(), inside["value"].to_list(), strict=True):
+            run = run + 1 if value is not None and value > bound else 0
+            if run == SLO_BREACH_STEPS:
+                start = ts - timedelta(seconds=(SLO_BREACH_STEPS - 1) * rel.step_s)
+                return _span(
+                    window,
+                    start,
+                    f"{name} first breached its SLO ({bound:g} s) at {iso(start)}",
+                    lead,
+                    latest,
+                )
+    return Onset(
+        window,
+        window,
+        None,
+        "no clear onset in the window (no level shift, no SLO breach): judged the whole window",
+    )
+
+
+def _span(window: Window, ts: datetime, why: str, lead: float, latest: datetime) -> Onset:
+    if (ts - window.start).total_seconds() < lead:
+        return Onset(window, window, ts, f"{why}: at the window's start, judged the whole window")
+    start = min(ts, latest)
+    if start <= window.start:
+        return Onset(window, window, ts, f"{why}: judged the whole window")
+    kept = " (kept the last 20 minutes)" if start < ts else ""
+    return Onset(window, Window(start, window.end), ts, f"{why}: judged from the onset{kept}")

@@ -1,0 +1,103 @@
+"""Which workloads the evidence holds: the models a fleet's vLLM servers serve and the training jobs,
+with their series counts, hosts and traffic, and the ``--scope`` that selects each.
+
+A workload is a serving model (``model_name``, the label vLLM puts on every series; ``job`` where a
+server has none) or a training job (``job``). Replicas of one model on several hosts are one
+workload. Engine-agnostic: a bundle's local engine and a live Prometheus answer the same queries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfkit.core.frames import Window
+from perfkit.core.scope import HOST_LABELS, escape, host_keys
+from perfkit.engine import ops
+from perfkit.engine import signals as S
+
+#: families that say a workload exists (first found is counted), with the traffic counter beside it
+SERVING = ("vllm:num_requests_running", "vllm:e2e_request_latency_seconds_count")
+SERVING_TRAFFIC = ("vllm:e2e_request_latency_seconds_count", "vllm:request_success_total")
+TRAINING = ("train_step_duration_seconds", "train_loss")
+TRAINING_TRAFFIC = ("train_tokens_total", "train_samples_total")
+IDENTITY = ("model_name", "job")  # the label that names a serving workload, in order of preference
+
+
+@dataclass
+class Workload:
+    kind: str  # serving | training
+    label: str  # model_name or job
+    value: str
+    series: int  # series of the catalogue's families carrying this workload
+    hosts: list[str] = field(default_factory=list)
+    traffic: float | None = None
+    traffic_unit: str = ""
+
+    @property
+    def scope(self) -> str:
+        return f'{{{self.label}="{escape(self.value)}"}}'
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "label": self.label,
+            "value": self.value,
+            "series": self.series,
+            "hosts": self.hosts,
+            "traffic": self.traffic,
+            "traffic_unit": self.traffic_unit,
+            "scope": self.scope,
+        }
+
+
+def _families(kind: str) -> list[str]:
+    prefix = "vllm:" if kind == "serving" else "train_"
+    names = [n for names in (*S.GAUGES.values(), *S.COUNTERS.values()) for n in names if n.startswith(prefix)]
+    names += [f"{b}_count" for bases in S.HISTOGRAMS.values() for b in bases if b.startswith(prefix)]
+    return names
+
+
+def _count_by(engine: S.Engine, metric: str, by: tuple[str, ...], window: Window) -> list[dict[str, Any]]:
+    last = ops.over_time("last", ops.Selector(metric), window.seconds)
+    return list(engine.instant(ops.aggregate("count", last, *by), window.end).iter_rows(named=True))
+
+
+def find_workloads(engine: S.Engine, window: Window) -> list[Workload]:
+    """Every workload with series in ``window``, busiest first."""
+    found: dict[tuple[str, str, str], Workload] = {}
+    for kind, marks, traffic, unit in (
+        ("serving", SERVING, SERVING_TRAFFIC, "req/s"),
+        ("training", TRAINING, TRAINING_TRAFFIC, "tokens/s"),
+    ):
+        mark = next((m for m in marks if engine.has(m)), None)
+        if mark is None:
+            continue
+        rows = _count_by(engine, mark, (*IDENTITY, "instance", *HOST_LABELS), window)
+        label = next(
+            (lab for lab in (IDENTITY if kind == "serving" else ("job",)) if any(r.get(lab) for r in rows)),
+            None,
+        )
+        if label is None:
+            continue
+        for row in rows:
+            value = str(row.get(label) or "")
+            w = found.setdefault((kind, label, value), Workload(kind, label, value, 0))
+            w.hosts = sorted(set(w.hosts) | host_keys(row))
+        for name in _families(kind):
+            if engine.has(name):
+                for row in _count_by(engine, name, (label,), window):
+                    key = (kind, label, str(row.get(label) or ""))
+                    if key in found:
+                        found[key].series += int(row["value"])
+        counter = next((c for c in traffic if engine.has(c)), None)
+        if counter is not None:
+            expr = ops.aggregate("sum", ops.rate(ops.Selector(counter), window.seconds), label)
+            for row in engine.instant(expr, window.end).iter_rows(named=True):
+                key = (kind, label, str(row.get(label) or ""))
+                if key in found:
+                    found[key].traffic = float(row["value"])
+                    found[key].traffic_unit = (
+                        unit if kind == "serving" or "tokens" in counter else "samples/s"
+                    )
+    return sorted(found.values(), key=lambda w: (w.kind, -(w.traffic or 0), w.value))
