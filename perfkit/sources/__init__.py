@@ -16,6 +16,7 @@ _NAMES = {
     "live_incident": "perfkit.sources.live",
     "open_live": "perfkit.sources.live",
     "capture": "perfkit.sources.capture",
+    "engine_config": "perfkit.sources.engine_config",
     "TrainMetrics": "perfkit.sources.train_exporter",
 }
 __all__ = sorted(_NAMES)

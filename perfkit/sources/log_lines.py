@@ -18,14 +18,16 @@ import polars as pl
 from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, SchemaDict, Window, to_ms
 
 #: JSON keys tried, in order, for the timestamp, the message and the level of a JSON line
-JSON_TS_KEYS = ("ts", "timestamp", "time", "@timestamp")
+#: (``asctime``/``levelname``: vLLM's JSON logging, python-json-logger with vLLM's ``JSON_FORMAT``)
+JSON_TS_KEYS = ("ts", "timestamp", "time", "@timestamp", "asctime")
 JSON_MESSAGE_KEYS = ("message", "msg", "log")
 JSON_LEVEL_KEYS = ("level", "severity", "levelname")
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 # -- vLLM ---------------------------------------------------------------------------------------
-# "(APIServer pid=7) INFO 11-30 00:10:05 [loggers.py:335] msg"; vLLM <= 0.6 wrote "loggers.py:335]".
+# "(APIServer pid=7) INFO 11-30 00:10:05 [loggers.py:335] msg" (vllm/logger.py _FORMAT; the process
+# part is vllm.utils.decorate_logs' stdout prefix, vLLM >= 0.10); vLLM 0.6.3-0.7.0 wrote "loggers.py:335]".
 _VLLM = re.compile(
     r"(?:\((?P<proc>[^()]*?) pid=(?P<pid>\d+)\) )?"
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
@@ -34,30 +36,49 @@ _VLLM = re.compile(
 )
 _VLLM_HINT = re.compile(r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:")  # cheap pre-check
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf)"
+# V1 (vllm/v1/metrics/loggers.py LoggingStatLogger): "Engine 000: Avg prompt throughput: ...", or
+# "2 Engines Aggregated: ..." (AggregatedLoggingStatLogger, vLLM 0.33.0); V0 (vllm/engine/metrics.py):
+# no engine part, "Swapped: N reqs, Pending: N reqs", and the prefix-cache figures on a line of their own.
 _STATS = re.compile(
-    rf"(?:Engine (?P<engine>\d+): )?Avg prompt throughput: (?P<prompt>{_NUM}) tokens/s, "
+    rf"(?:Engine (?P<engine>\d+): |(?P<engines>\d+) Engines Aggregated: )?"
+    rf"Avg prompt throughput: (?P<prompt>{_NUM}) tokens/s, "
     rf"Avg generation throughput: (?P<gen>{_NUM}) tokens/s, Running: (?P<running>\d+) reqs, "
     r"(?:Swapped: \d+ reqs, )?(?:Waiting|Pending): (?P<waiting>\d+) reqs"
 )
+_V0_PREFIX_LINE = re.compile(rf"Prefix cache hit rate: GPU: ({_NUM})%, CPU: {_NUM}%")
+# V0 logs its prefix-cache line microseconds after its stats line, so their whole-second stamps are 0 or
+# 1 s apart; 1.5 s sits between that and the 2 s no real pair shows.
+_V0_PREFIX_GAP_MS = 1500
 _PREEMPTIONS = re.compile(r"Preemptions: (\d+)")
 _KV_USAGE = re.compile(rf"KV cache usage: ({_NUM})%")  # the first: GPU/XPU/... (V0 adds CPU after it)
 _PREFIX_HIT = re.compile(rf"Prefix cache hit rate: (?:GPU: )?({_NUM})%")
 
 # -- signals --------------------------------------------------------------------------------------
-_OOM = re.compile(r"\b(?:CUDA|HIP) out of memory|CUDA error: out of memory")
+# PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp): "CUDA out of memory. Tried to allocate"
+# under torch.OutOfMemoryError (>= 2.1), torch.cuda.OutOfMemoryError (1.13-2.0) or RuntimeError (older);
+# the device-neutral allocators say "Out of memory. Tried to allocate"; the CUDA runtime's own error is
+# "CUDA error: out of memory".
+_OOM = re.compile(
+    r"\b(?:CUDA|HIP) out of memory|CUDA error: out of memory|\bOut of memory\. Tried to allocate"
+)
 # Log lines are hostile input: no pattern here may rescan a line from every position (a 64 KiB
 # "NCCL aaaa..." line took 40 s). The host starts only where a host cannot continue (so a run of
 # host characters is tried once, as the leftmost match would start there anyway), a bracketed
 # time holds no bracket, and the other open-ended parts are bounded.
+# NCCL src/debug.cc: "host:pid:tid [dev] NCCL INFO msg", "host:pid:tid [dev] file:line NCCL WARN msg"
+# ("file:line (func)" from 2.30), "host:pid:tid [dev] 12.345678 func:line NCCL TRACE msg"; from 2.26 a
+# "[%F %T] " stamp (NCCL_DEBUG_TIMESTAMP_FORMAT, local time) leads WARN lines by default.
 _NCCL = re.compile(  # training-metrics.md §5.1, unanchored so "[rank0]:" style prefixes pass
     r"(?:\[(?P<ts>[^\[\]]{1,64})\] )?(?<![^:\s\[\]])(?P<host>[^:\s\[\]]+):(?P<pid>\d+):(?P<tid>\d+) "
-    r"\[(?P<dev>\d+)\] (?:(?P<file>\S+):(?P<line>\d+) (?:\((?P<func>[^()]{0,256})\) )?)?"
+    r"\[(?P<dev>\d+)\] (?:\d{1,15}\.\d{1,9} )?(?:(?P<file>\S+):(?P<line>\d+) (?:\((?P<func>[^()]{0,256})\) )?)?"
     r"NCCL (?P<level>WARN|INFO|TRACE) (?P<msg>.*)$"
 )
 _DATALOADER = re.compile(
     r"DataLoader worker \(pid.{0,256}?\) exited unexpectedly|DataLoader timed out after \d+ seconds"
     r"|is killed by signal|Unexpected bus error encountered in worker"
 )
+# open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..,
+# name=.., msg" (MIG adds " GPU-I:01 GPU-CI:00" inside the parenthesis; old drivers wrote no "PCI:").
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^()]{0,64})\): (?P<xid>\d+)")
 
 # -- timestamps of lines that are not vLLM / JSON -----------------------------------------------
@@ -65,7 +86,10 @@ _RANK_PREFIX = re.compile(r"\[(?:rank|default)\d+\]:\s?")
 _ISO_TS = re.compile(
     r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\b"
 )
-_GLOG_TS = re.compile(r"\[?([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?[ \]]")
+# glog "E1130 02:10:01.123456 12345 file.cc:12]" and PyTorch's own c10 logger (c10/util/Logging.cpp),
+# which writes the date as the number (month * 100 + day): "[E810 03:04:11.061727749 file.cpp:683]" is
+# 10 August. The month is 1-2 digits, the day always 2, so "E111 " is 11 January and "E1101 " 1 November.
+_GLOG_TS = re.compile(r"\[?([IWEF])(1[0-2]|0?[1-9])([0-3]\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?[ \]]")
 _MONTHS = {
     m: i
     for i, m in enumerate(
@@ -73,7 +97,9 @@ _MONTHS = {
     )
 }
 _MON = "(" + "|".join(_MONTHS) + ")"
-_SYSLOG_TS = re.compile(_MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d) ")
+_SYSLOG_TS = re.compile(
+    _MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))? "
+)  # journalctl -o short(-precise)
 _DMESG_T_TS = re.compile(r"\[(?:[A-Z][a-z]{2} )?" + _MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\]")
 
 _LEVELS = {
@@ -149,25 +175,44 @@ class _Columns:
         self.log_rows.append((ts, source, line, kind, level, msg))
 
     def stats_row(self, ts: int | None, m: re.Match[str], text: str) -> None:
-        """Append the stats of one vLLM stats line (``m`` matched :data:`_STATS` in ``text``)."""
+        """Append the stats of one vLLM stats line (``m`` matched :data:`_STATS` in ``text``).
+
+        ``engine`` is the engine index (``"0"`` when the line names none, as V0's does),
+        or ``"all"`` for vLLM's line aggregated over several engines.
+        """
         rest = text[m.end() :]
         preemptions = _PREEMPTIONS.search(rest) if "Preemptions" in rest else None
         kv = _KV_USAGE.search(rest)
         prefix = _PREFIX_HIT.search(rest)
-        engine, prompt, gen, running, waiting = m.groups()
+        engine = m["engine"]
         self.stats_rows.append(
             (
                 ts,
-                str(int(engine)) if engine else "0",
-                float(prompt),
-                float(gen),
-                int(running),
-                int(waiting),
+                "all" if m["engines"] else str(int(engine)) if engine else "0",
+                float(m["prompt"]),
+                float(m["gen"]),
+                int(m["running"]),
+                int(m["waiting"]),
                 float(kv[1]) / 100 if kv else None,
                 float(prefix[1]) / 100 if prefix else None,
                 int(preemptions[1]) if preemptions else None,
             )
         )
+
+    def v0_prefix_hit(self, index: int, ts: int | None, text: str) -> bool:
+        """Put the GPU hit rate of a V0 ``Prefix cache hit rate: GPU: x%, CPU: y%`` line into stats row
+        ``index`` (the stats line it follows); False when ``text`` is not one or the row does not fit."""
+        m = _V0_PREFIX_LINE.match(text)
+        row = self.stats_rows[index]
+        row_ts = row[0]
+        if m is None or row[7] is not None:
+            return False
+        if (ts is None) != (row_ts is None):
+            return False
+        if ts is not None and isinstance(row_ts, int) and abs(ts - row_ts) > _V0_PREFIX_GAP_MS:
+            return False
+        self.stats_rows[index] = (*row[:7], float(m[1]) / 100, row[8])
+        return True
 
     def frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(records, stats) with their schemas; ts columns are UTC datetimes in ms."""
@@ -201,6 +246,7 @@ class _Parser:
         self.source = source
         self.last_ts: int | None = None
         self.unknown = 0
+        self.last_stats: int | None = None  # index of this file's last stats row, for V0's prefix line
 
     def feed(self, lineno: int, text: str) -> None:
         """Classify one line (newline optional) and append what it gives."""
@@ -246,6 +292,10 @@ class _Parser:
             kind = default_kind if stats is None else "vllm_stats"
             if stats is not None:
                 self.out.stats_row(ts, stats, msg)
+                self.last_stats = len(self.out.stats_rows) - 1
+            elif self.last_stats is not None and msg.startswith("Prefix cache hit rate: GPU: "):
+                self.out.v0_prefix_hit(self.last_stats, ts, msg)
+                self.last_stats = None
         self.out.record(ts, self.source, lineno, kind, level, msg)
 
     def _plain(self, lineno: int, text: str) -> None:
@@ -262,6 +312,7 @@ class _Parser:
             self.unknown += 1
             return
         self.out.stats_row(ts, stats, text)
+        self.last_stats = len(self.out.stats_rows) - 1
         self.out.record(ts, self.source, lineno, "vllm_stats", level, text)
 
     def _carry(self, ts: int | None) -> int | None:
@@ -274,7 +325,7 @@ class _Parser:
 
 def _signal(text: str) -> tuple[str, str | None] | None:
     """(kind, implied level) of the signal in ``text`` (cuda_oom, nccl_*, dataloader_error, xid), or None."""
-    if "out of memory" in text and _OOM.search(text):
+    if ("out of memory" in text or "Out of memory" in text) and _OOM.search(text):
         return "cuda_oom", "ERROR"
     if "NCCL" in text:
         if "Watchdog caught collective operation timeout" in text:
@@ -312,8 +363,9 @@ def _leading_ts(text: str, years: _Years) -> tuple[int | None, str | None]:
 
     Understands ISO 8601 (``2026-11-30 02:10:01,123``, optionally in brackets, as NCCL writes
     it), glog (``[E1130 02:10:01.123456 file.cpp:12]``, which also gives the level), syslog
-    (``Nov 30 02:10:01 host kernel:``) and ``dmesg -T`` (``[Mon Nov 30 02:10:01 2026]``),
-    after an optional ``[rank0]:`` prefix.
+    (``Nov 30 02:10:01 host kernel:``, also with ``journalctl -o short-precise`` microseconds),
+    PyTorch's c10 logger (``[E810 03:04:11.061727749 file.cpp:683]``, the date as month * 100 + day)
+    and ``dmesg -T`` (``[Mon Nov 30 02:10:01 2026]``), after an optional ``[rank0]:`` prefix.
     """
     if text.startswith(("[rank", "[default")):
         m = _RANK_PREFIX.match(text)
@@ -336,7 +388,7 @@ def _leading_ts(text: str, years: _Years) -> tuple[int | None, str | None]:
     elif first in "JFMASOND":
         m = _SYSLOG_TS.match(text)
         if m:
-            return years.ms(_MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5])), None
+            return years.ms(_MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5]), _frac_ms(m[6])), None
     return None, None
 
 

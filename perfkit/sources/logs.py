@@ -6,21 +6,27 @@
 no parser recognised. Nothing in a log file is fatal: an unreadable or binary file is recorded in
 ``errors`` and the other files are still read.
 
-Recognised lines and their ``kind``:
+Recognised lines and their ``kind`` (each format's upstream source and version: ``docs/formats.md``;
+engine settings in vLLM's start-up lines: :mod:`perfkit.sources.engine_config`):
 
 ====================  ========================================================================
 kind                  line
 ====================  ========================================================================
 ``vllm``              ``(APIServer pid=7) INFO 11-30 00:10:05 [api_server.py:1012] ...`` (also
                       with a ``VLLM_LOGGING_PREFIX``, ANSI colours, or without the process part)
-``vllm_stats``        a vLLM ``Avg prompt throughput: ...`` stats line (V1 and V0 forms)
-``json``              ``{"ts": ..., "message": ..., "level": ...}`` (see :data:`~perfkit.sources.log_lines.JSON_TS_KEYS`);
+``vllm_stats``        a vLLM ``Avg prompt throughput: ...`` stats line (V1, V1 aggregated over engines,
+                      and V0, whose ``Prefix cache hit rate: GPU: x%, CPU: y%`` line after it fills
+                      the row's prefix-cache figure)
+``json``              ``{"ts": ..., "message": ..., "level": ...}`` (see :data:`~perfkit.sources.log_lines.JSON_TS_KEYS`;
+                      vLLM's own JSON logging, ``asctime``/``levelname``/``message``, included);
                       a JSON line whose message is a vLLM line (docker json-file) is ``vllm``
-``cuda_oom``          ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...``
-``nccl_warn``         ``host:pid:tid [dev] file:line (func) NCCL WARN ...``
+``cuda_oom``          ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`` (and the
+                      ``RuntimeError``/``torch.cuda.OutOfMemoryError`` wordings of older PyTorch)
+``nccl_warn``         ``[ts] host:pid:tid [dev] file:line (func) NCCL WARN ...``
 ``nccl_info``         ``host:pid:tid [dev] NCCL INFO ...`` (and ``NCCL TRACE``)
 ``nccl_error``        ``NCCL error in: ...`` / ``NCCL communicator was aborted`` (PyTorch side)
-``nccl_timeout``      ``[Rank R] Watchdog caught collective operation timeout: WorkNCCL(...)``
+``nccl_timeout``      ``[PG ID 0 PG GUID 0(default_pg) Rank R] Watchdog caught collective operation
+                      timeout: WorkNCCL(...)`` (older PyTorch: ``[Rank R] ...``)
 ``dataloader_error``  ``DataLoader worker (pid N) exited unexpectedly``, ``DataLoader timed out
                       after N seconds``, ``... is killed by signal``, shared-memory bus errors
 ``xid``               kernel ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...``
@@ -31,10 +37,11 @@ kind. ``message`` is the message part of vLLM and JSON lines and the whole line 
 removed) otherwise. ``level`` is the line's own level (``WARN`` → ``WARNING``, glog ``E`` →
 ``ERROR``), else the level the signal implies, else null.
 
-Timestamps: vLLM (``%m-%d %H:%M:%S``), glog (``E1130 02:10:01.123456``) and syslog
-(``Nov 30 02:10:01``) stamps carry no year; it is the year that puts the date closest to the
-middle of ``window`` (so an incident spanning New Year works). Stamps without a zone are taken as
-UTC. A line without a timestamp of its own (a traceback's ``torch.OutOfMemoryError`` line, a
+Timestamps: vLLM (``%m-%d %H:%M:%S``), glog (``E1130 02:10:01.123456``), PyTorch's c10 logger
+(``E810 03:04:11.061727749``: month * 100 + day) and syslog (``Nov 30 02:10:01``) stamps carry no
+year; it is the year that puts the date closest to the middle of ``window`` (so an incident
+spanning New Year works). Stamps without a zone are taken as UTC (NCCL's and syslog's are local
+time on the host). A line without a timestamp of its own (a traceback's ``torch.OutOfMemoryError`` line, a
 dmesg ``[12345.678901]`` line, whose clock is time since boot) gets the timestamp of the previous
 timestamped line of the same file, or null when there is none. Blank lines are skipped and not
 counted; records keep file order (``source``, ``line``).

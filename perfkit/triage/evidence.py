@@ -19,6 +19,7 @@ from perfkit.analyses.training_evidence import gather_training
 from perfkit.core.frames import Window
 from perfkit.core.incident import Incident
 from perfkit.engine import signals as S
+from perfkit.sources.engine_config import engine_config
 from perfkit.triage import thresholds as T
 
 
@@ -48,6 +49,7 @@ class Evidence:
     missing: list[str] = field(default_factory=list)
     train: Any = None  # perfkit.analyses.training_evidence.TrainingEvidence
     oom: dict[str, float] | None = None  # largest CUDA OOM allocation asked for vs free (GiB)
+    engine_config: dict[str, dict[str, Any]] = field(default_factory=dict)  # key → value, source
     onset: Onset | None = None  # the span judged: ``incident.window`` is already narrowed to it
 
     # convenience accessors --------------------------------------------------------------------
@@ -172,17 +174,6 @@ def _log_counts(logs: pl.DataFrame | None, window: Window) -> dict[str, int]:
     return {k: int(n) for k, n in counts.iter_rows()}
 
 
-def _chunked_prefill(logs: pl.DataFrame | None) -> bool | None:
-    """The engine's enable_chunked_prefill setting from its startup line, if logged (last one wins)."""
-    if logs is None or not logs.height:
-        return None
-    hits = logs.filter(pl.col("message").str.contains("enable_chunked_prefill="))
-    if not hits.height:
-        return None
-    text = hits.sort("ts")["message"][-1]
-    return "enable_chunked_prefill=True" in text
-
-
 def _gpu_host(engine: S.Engine, inc: Incident) -> tuple[dict[str, float | None], dict[str, float | None]]:
     gpu: dict[str, float | None] = {}
     host: dict[str, float | None] = {}
@@ -290,6 +281,8 @@ def gather(
         missing.append("training: no train_* metrics (data-wait, comm and loss rows unchecked)")
     if not events.height:
         missing.append("events: no deploy history (release_regression unchecked)")
+    # the engine's settings (chunked prefill, batch limits): its start-up log lines, its info metrics
+    config = engine_config(logs, engine, inc.window)
     return Evidence(
         inc,
         base,
@@ -297,12 +290,13 @@ def gather(
         rel,
         interference(engine, inc, base),
         _log_counts(logs, inc.window),
-        _chunked_prefill(logs),
+        config.get("chunked_prefill", {}).get("value"),  # type: ignore[arg-type]
         gpu,
         host,
         training,
         missing,
         gather_training(engine, inc),
         oom_shortfall(logs, inc.window),
-        onset,
+        onset=onset,
+        engine_config=config,
     )

@@ -62,3 +62,39 @@ def test_scoped_live_and_bundle_engines_agree_and_judge_one_model(tmp_path):
     ev_b = next(s for s in b["symptoms"] if s["id"] == "tpot_high")["evidence"]
     numbers = [k for k, v in ev_a.items() if isinstance(v, float)]
     assert numbers and all(ev_a[k] == pytest.approx(ev_b[k], rel=0.01) for k in numbers)
+
+
+def test_lab_up_prints_the_scope_and_capture_keeps_only_the_workload(tmp_path, monkeypatch):
+    """`perfkit lab up FLEET --scope` serves the whole fleet and prints the scope parameter;
+    `perfkit capture --scope` writes a bundle with the one model, its GPUs and its hosts."""
+    import json
+
+    from click.testing import CliRunner
+
+    from perfkit.app.cli import cli
+
+    require_binary("prometheus")
+    monkeypatch.setenv("PERFKIT_LAB_DIR", str(tmp_path / "lab"))
+    bundle_dir = fleet_bundle(tmp_path)
+    scope = f'{{model_name="{MODEL}"}}'
+    runner = CliRunner()
+    res = runner.invoke(cli, ["lab", "up", str(bundle_dir), "--scope", scope], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert f"scope = {json.dumps(scope)}" in res.output
+    state = json.loads((tmp_path / "lab" / "prometheus-fleet" / "state.json").read_text())
+    try:
+        inc = load_bundle(bundle_dir).incident
+        w, b = inc.window.as_dict(), inc.baseline.as_dict()
+        out = tmp_path / "captured"
+        args = ["capture", "--prometheus", state["url"], "--start", w["start"], "--end", w["end"]]
+        args += ["--baseline-start", b["start"], "--baseline-end", b["end"], "--scope", scope, "-o", str(out)]
+        res = runner.invoke(cli, args, catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+    finally:
+        assert runner.invoke(cli, ["lab", "down"], catch_exceptions=False).exit_code == 0
+    captured = load_bundle(out, scope=parse_scope(""))  # as written, before its own scope: applies
+    models = set(captured.store.frames["vllm:num_requests_running"]["model_name"])
+    assert models == {MODEL}
+    assert set(captured.store.frames["DCGM_FI_DEV_GPU_UTIL"]["Hostname"]) == {HOST}
+    assert {i.split(":")[0] for i in captured.store.frames["node_cpu_seconds_total"]["instance"]} == {HOST}
+    assert load_bundle(out).incident.scope == scope  # the captured incident.yaml says what it holds

@@ -579,16 +579,17 @@ class Recorder:
         spec = self.spec
         self._log(t, "INFO", "api_server.py:1875", f"vLLM API server version {spec.vllm_version}")
         self._log(t, "INFO", "api_server.py:1876", f"service {spec.service} release {version}")
-        self._log(
-            t,
-            "INFO",
-            "core.py:75",
-            f"Initializing a V1 LLM engine (v{spec.vllm_version}) with config: model='{spec.model}', "
-            f"tensor_parallel_size={spec.gpu_count}, max_num_seqs={cfg.max_num_seqs}, "
-            f"max_num_batched_tokens={cfg.max_num_batched_tokens if cfg.chunked_prefill else cfg.max_prefill_tokens}, "
-            f"enable_chunked_prefill={cfg.chunked_prefill}, enable_prefix_caching={cfg.prefix_cache_hit_frac > 0}",
-            process="EngineCore_0",
+        tokens = cfg.max_num_batched_tokens if cfg.chunked_prefill else cfg.max_prefill_tokens
+        args = {"model": spec.model, "max_num_seqs": cfg.max_num_seqs, "max_num_batched_tokens": tokens}
+        self._log(t, "INFO", "utils.py:326", f"non-default args: {args}")
+        notice = f"Chunked prefill is enabled with max_num_batched_tokens={tokens}."
+        if cfg.chunked_prefill:
+            self._log(t, "INFO", "scheduler.py:222", notice)
+        text = (  # vLLM 0.10.1's VllmConfig.__str__, compilation_config abridged (docs/formats.md)
+            f"Initializing a V1 LLM engine (v{spec.vllm_version}) with config: model='{spec.model}', speculative_config=None, tokenizer='{spec.model}', skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, override_neuron_config={{}}, tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, max_seq_len={cfg.max_prefill_tokens}, download_dir=None, load_format=auto, tensor_parallel_size={spec.gpu_count}, pipeline_parallel_size=1, disable_custom_all_reduce=False, quantization=None, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, decoding_config=DecodingConfig(backend='auto', disable_fallback=False, disable_any_whitespace=False, disable_additional_properties=False, reasoning_backend=''), observability_config=ObservabilityConfig(show_hidden_metrics_for_version=None, otlp_traces_endpoint=None, collect_detailed_traces=None), seed=0, served_model_name={spec.model}, "
+            f'enable_prefix_caching={cfg.prefix_cache_hit_frac > 0}, chunked_prefill_enabled={cfg.chunked_prefill}, use_async_output_proc=True, pooler_config=None, compilation_config={{"level":3,"use_inductor":true,"use_cudagraph":true,"max_capture_size":512}}'
         )
+        self._log(t, "INFO", "core.py:74", text, process="EngineCore_0")
         self._log(
             t,
             "INFO",

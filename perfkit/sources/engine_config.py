@@ -1,0 +1,287 @@
+"""The serving engine's settings, read from its own start-up log lines and its info metrics.
+
+Five settings decide how a vLLM server trades latency for throughput (:data:`KEYS`):
+``chunked_prefill`` (bool), ``max_num_batched_tokens`` (int, the per-step token budget),
+``max_num_seqs`` (int, the most sequences in one batch), ``gpu_memory_utilization`` (float in
+(0, 1], the share of GPU memory vLLM may take) and ``prefix_caching`` (bool).
+
+Where vLLM says them (upstream sources and versions in ``docs/formats.md``):
+
+==========================  ==================================================================
+line (the log record's      what it gives
+``message``)
+==========================  ==================================================================
+engine config               ``Initializing a V1 LLM engine (v0.10.1) with config: model='…', …,
+                            enable_prefix_caching=True, chunked_prefill_enabled=True, …``
+                            (``VllmConfig.__str__``; V0 says ``a V0 LLM engine``, vLLM 0.6 ``an
+                            LLM engine``). The chunked-prefill field is ``chunked_prefill_enabled=``
+                            before vLLM PR #28735 (merged Nov 2025; so in 0.6.3, 0.8.5 and 0.10.1)
+                            and ``enable_chunked_prefill=`` after it (0.33.0). No batch limit, no
+                            memory fraction.
+non-default args            ``non-default args: {'model': '…', 'max_num_seqs': 128,
+                            'enable_chunked_prefill': False}``: only what the operator changed.
+argparse namespace          ``args: Namespace(…, max_num_seqs=None, gpu_memory_utilization=0.9, …)``
+                            (the OpenAI server of vLLM 0.6.3 and 0.8.5; 0.10.1 logs the non-default
+                            args instead): every argument; ``None`` means "decided later", unknown.
+chunked-prefill notice      ``Chunked prefill is enabled with max_num_batched_tokens=2048.``: chunked
+                            prefill on, and the budget in force after vLLM's defaults applied.
+==========================  ==================================================================
+
+Only the last start of the server counts: the records are ordered by time (file order among equal
+times); the last line of the four kinds above is the anchor, and the lines of its file from the
+last start marker at or before it (``vLLM API server version …``, the non-default args or the
+namespace line) on are read, a later line winning for a key both give. A setting the operator
+left at its default is often in none of them: it is then absent, not guessed.
+
+vLLM exports one configuration info metric, ``vllm:cache_config_info`` (a gauge set to 1 whose
+labels are ``str()`` of every ``CacheConfig`` field, plus ``engine``): it gives
+``gpu_memory_utilization`` and ``prefix_caching`` (:data:`INFO_METRICS`). vLLM 0.10.1 and 0.33.0
+export no scheduler info metric, so the batch limits and chunked prefill come from logs only.
+
+:func:`engine_config` merges both, logs first, and says where each value came from::
+
+    {"chunked_prefill": {"value": False, "source": "log line vllm.log:12"},
+     "gpu_memory_utilization": {"value": 0.9, "source": "metric vllm:cache_config_info"}}
+
+Log lines and label values are hostile input: a value that is not a plain literal of the key's
+type, or out of its physical range, is ignored; the scan of a line is linear and bounded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import polars as pl
+
+from perfkit.core.frames import Window, to_ms
+from perfkit.engine import ops
+from perfkit.engine.signals import Engine, choose_step
+
+#: the settings read, in the order results list them
+KEYS = (
+    "chunked_prefill",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "gpu_memory_utilization",
+    "prefix_caching",
+)
+
+#: vLLM's spellings of each setting (``VllmConfig.__str__``, engine arguments) → key
+_ALIASES = {
+    "chunked_prefill_enabled": "chunked_prefill",
+    "enable_chunked_prefill": "chunked_prefill",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "max_num_seqs": "max_num_seqs",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "enable_prefix_caching": "prefix_caching",
+}
+#: info metric → {label: key}
+INFO_METRICS: dict[str, dict[str, str]] = {
+    "vllm:cache_config_info": {
+        "enable_prefix_caching": "prefix_caching",
+        "gpu_memory_utilization": "gpu_memory_utilization",
+    },
+}
+
+_ENGINE_CONFIG = re.compile(r"Initializing (?:a V[01] |an )LLM engine \(v[^()\s]{1,64}\) with config: ")
+_NON_DEFAULT = "non-default args: {"
+_NAMESPACE = "args: Namespace("
+_NOTICE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d{1,10})\.")
+_STARTED = "vLLM API server version "
+_LITERALS = ["with config: ", _NON_DEFAULT, _NAMESPACE, "Chunked prefill is enabled with", _STARTED]
+
+_KEY = re.compile(r"'?([A-Za-z_][A-Za-z0-9_]{0,63})'?(?:=|: )")
+_INT = re.compile(r"\d{1,10}")
+_FLOAT = re.compile(r"\d{0,3}(?:\.\d{1,17})?")
+_MAX_INT = 2**31 - 1  # far above any real batch (vLLM's defaults: 256-1024 seqs, 2048-16384 tokens)
+_MAX_SCAN = 256 * 2**10  # characters of one line scanned (log lines are capped at 64 KiB anyway)
+_CLOSE = {"(": ")", "[": "]", "{": "}"}
+_BEFORE_QUOTE = frozenset("=:[({, ")
+
+
+class _Found(NamedTuple):
+    value: bool | int | float
+    source: str
+
+
+# -- public ------------------------------------------------------------------------------------------
+
+
+def engine_config_from_logs(records: pl.DataFrame | None) -> dict[str, object]:
+    """The settings the last start of the engine logged, ``{key: value}`` for the keys found.
+
+    ``records`` has :data:`~perfkit.core.frames.LOG_SCHEMA` (``read_logs(...).records``); the lines
+    read and the rule for which start counts are in the module docstring.
+    """
+    found = _from_logs(records)
+    return {key: found[key].value for key in KEYS if key in found}
+
+
+def engine_config_from_metrics(engine: Engine, window: Window) -> dict[str, object]:
+    """The settings vLLM's info metrics carry, ``{key: value}`` for the keys found.
+
+    The series present at the window's end are read (an instant query: a series replaced at a
+    restart has gone stale by then); when none is, those present at the last step of a range
+    query over the window where any was. Series that disagree on a key (two replicas set
+    differently) give no value for it.
+    """
+    found = _from_metrics(engine, window)
+    return {key: found[key].value for key in KEYS if key in found}
+
+
+def engine_config(
+    records: pl.DataFrame | None, engine: Engine | None, window: Window
+) -> dict[str, dict[str, object]]:
+    """Both sources merged, the logs winning: ``{key: {"value": v, "source": where}}`` in
+    :data:`KEYS` order, for the keys found; ``where`` is ``"log line FILE:LINE"`` or
+    ``"metric NAME"``. Query errors of a live ``engine`` propagate."""
+    found: dict[str, _Found] = {}
+    if engine is not None:
+        found.update(_from_metrics(engine, window))
+    found.update(_from_logs(records))
+    return {key: {"value": found[key].value, "source": found[key].source} for key in KEYS if key in found}
+
+
+# -- logs ------------------------------------------------------------------------------------------------
+
+
+class _Line(NamedTuple):
+    order: tuple[int, int, int]  # (has ts, ts ms, row): the records' time order, file order for ties
+    source: str
+    line: int
+    message: str
+
+
+def _from_logs(records: pl.DataFrame | None) -> dict[str, _Found]:
+    if records is None or not records.height:
+        return {}
+    hits = (
+        records.with_row_index("_row")
+        .filter(pl.col("message").is_not_null() & pl.col("message").str.contains_any(_LITERALS))
+        .select("_row", "ts", "source", "line", "message")
+    )
+    lines = sorted(
+        _Line((ts is not None, to_ms(ts) if ts is not None else 0, row), str(src), int(no or 0), msg)
+        for row, ts, src, no, msg in hits.iter_rows()
+    )
+    settings = [ln for ln in lines if _settings(ln.message) is not None]
+    if not settings:
+        return {}
+    anchor = settings[-1]
+    own = [ln for ln in lines if ln.source == anchor.source and ln.order <= anchor.order]
+    starts = [i for i, ln in enumerate(own) if _is_start(ln.message)]
+    found: dict[str, _Found] = {}
+    for ln in own[starts[-1] if starts else 0 :]:
+        for key, value in (_settings(ln.message) or {}).items():
+            found[key] = _Found(value, f"log line {ln.source}:{ln.line}")
+    return found
+
+
+def _is_start(message: str) -> bool:
+    return message.startswith((_STARTED, _NON_DEFAULT, _NAMESPACE))
+
+
+def _settings(message: str) -> dict[str, bool | int | float] | None:
+    """The settings one line states (maybe none), or None when it is not a settings line."""
+    notice = _NOTICE.match(message)
+    if notice is not None:
+        tokens = _int_value(notice[1])
+        return {"chunked_prefill": True, **({"max_num_batched_tokens": tokens} if tokens else {})}
+    if message.startswith(_NON_DEFAULT):
+        return _parse_items(message, len(_NON_DEFAULT), nested=True)
+    if message.startswith(_NAMESPACE):
+        return _parse_items(message, len(_NAMESPACE), nested=True)
+    m = _ENGINE_CONFIG.match(message)
+    if m is not None:
+        return _parse_items(message, m.end(), nested=False)
+    return None
+
+
+def _parse_items(text: str, start: int, *, nested: bool) -> dict[str, bool | int | float]:
+    """The known settings among the top-level ``key=value`` / ``'key': value`` items of ``text``
+    from ``start`` (inside a ``{...}``/``(...)`` that a closer ends when ``nested``)."""
+    out: dict[str, bool | int | float] = {}
+    for item in _top_level_items(text, start, nested=nested):
+        m = _KEY.match(item)
+        key = _ALIASES.get(m[1]) if m else None
+        if m is None or key is None:
+            continue
+        token = item[m.end() :].split(None, 1)[0] if item[m.end() :].strip() else ""
+        value = _typed(key, token.rstrip("."))
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _top_level_items(text: str, start: int, *, nested: bool) -> Iterator[str]:
+    """Items separated by commas outside brackets and quotes, stripped; one pass, bounded."""
+    end = min(len(text), start + _MAX_SCAN)
+    stack: list[str] = []
+    quote = ""
+    item_start = start
+    i = start
+    while i < end:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"" and (i == start or text[i - 1] in _BEFORE_QUOTE):
+            quote = ch  # a Python repr string starts right after a delimiter; "o'clock" does not
+        elif ch in _CLOSE:
+            stack.append(_CLOSE[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+        elif not stack and ch in ")]}":
+            if nested:
+                break
+        elif ch == "," and not stack:
+            yield text[item_start:i].strip()
+            item_start = i + 1
+        i += 1
+    yield text[item_start:i].strip()
+
+
+def _typed(key: str, token: str) -> bool | int | float | None:
+    """``token`` as the key's type, or None when it is not a plain, physically possible value."""
+    if key in ("chunked_prefill", "prefix_caching"):
+        return {"True": True, "False": False}.get(token)
+    if key == "gpu_memory_utilization":
+        if len(token) > 24 or not _FLOAT.fullmatch(token) or token in ("", "."):
+            return None
+        share = float(token)
+        return share if 0 < share <= 1 else None  # vLLM refuses anything outside (0, 1]
+    return _int_value(token)
+
+
+def _int_value(token: str) -> int | None:
+    if not _INT.fullmatch(token):
+        return None
+    value = int(token)
+    return value if 0 < value <= _MAX_INT else None
+
+
+# -- metrics ---------------------------------------------------------------------------------------------
+
+
+def _from_metrics(engine: Engine, window: Window) -> dict[str, _Found]:
+    found: dict[str, _Found] = {}
+    for name, labels in INFO_METRICS.items():
+        if not engine.has(name):
+            continue
+        frame = engine.instant(ops.Selector(name), window.end)
+        if not frame.height:  # gone by the end (server down): the series of the last step it was seen
+            frame = engine.range(ops.Selector(name), window.start, window.end, choose_step(window))
+            if frame.height:
+                frame = frame.filter(pl.col("ts") == pl.col("ts").max())
+        for label, key in labels.items():
+            if key in found or label not in frame.columns:
+                continue
+            typed = (_typed(key, str(v)[:64]) for v in frame[label].to_list() if v is not None)
+            values = {v for v in typed if v is not None}
+            if len(values) == 1:
+                found[key] = _Found(values.pop(), f"metric {name}")
+    return found
