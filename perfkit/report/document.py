@@ -140,6 +140,8 @@ def build_document(nb: ExecutedNotebook, *, now: datetime | None = None) -> Docu
         "baseline": format_window(model.get("baseline")),
         "generated": generated.strftime("%Y-%m-%d %H:%M UTC"),
         "runbook": nb.runbook,
+        "scope": scope_text(findings["scope"].data if "scope" in findings else {}),
+        "judged": judged_text(triage_data.get("judged")),
     }
     return Document(
         header=header,
@@ -165,6 +167,27 @@ def build_document(nb: ExecutedNotebook, *, now: datetime | None = None) -> Docu
         provenance=provenance(nb),
         views=views,
     )
+
+
+def scope_text(scope: Mapping[str, Any]) -> str:
+    """The workload the incident was scoped to (and its hosts), or how many were judged together."""
+    chosen = scope.get("scope")
+    if isinstance(chosen, Mapping) and isinstance(chosen.get("scope"), Mapping):
+        matchers = _text(chosen["scope"].get("matchers"))
+        hosts = chosen.get("hosts") or []
+        where = f" on {', '.join(_text(h) for h in hosts)}" if isinstance(hosts, list) and hosts else ""
+        return f"{matchers or 'hosts only'}{where}"
+    workloads = scope.get("workloads") or []
+    if isinstance(workloads, list) and len(workloads) > 1:
+        return f"none given: {len(workloads)} workloads in the evidence, judged together"
+    return ""
+
+
+def judged_text(judged: Any) -> str:
+    """The span the triage rows judged, when narrowed to the onset."""
+    if not isinstance(judged, Mapping) or not judged.get("narrowed"):
+        return ""
+    return f"{_text(judged.get('start'))} → {_text(judged.get('end'))} ({_text(judged.get('why'))})"
 
 
 def postmortem_model(findings: Mapping[str, Finding], *, runbook: str = "") -> dict[str, Any]:
