@@ -326,3 +326,22 @@ def gauge_series(
         return no_series()
     expr = ops.aggregate(combine, ops.Selector(res.metric), *by)
     return _range(engine, expr, window, step_s, queries)
+
+
+def catalogue_families() -> frozenset[str]:
+    """Every sample name the signal catalogue reads (histograms with their ``_bucket``/``_sum``/
+    ``_count``, gauges, counters): what triage needs of a bundle, with :func:`is_triage_family`."""
+    names = {
+        f"{b}{suffix}"
+        for bases in HISTOGRAMS.values()
+        for b in bases
+        for suffix in ("_bucket", "_sum", "_count")
+    }
+    names |= {n for group in (GAUGES, COUNTERS) for names_ in group.values() for n in names_}
+    return frozenset(names)
+
+
+def is_triage_family(name: str, _names: frozenset[str] = catalogue_families()) -> bool:
+    """A sample name triage reads: the catalogue's, and vLLM's config info metrics
+    (``vllm:cache_config_info``: the engine's settings)."""
+    return name in _names or (name.startswith("vllm:") and name.endswith("_info"))

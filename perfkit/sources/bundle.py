@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import polars as pl
 
 from perfkit.core.frames import EVENTS_SCHEMA, LOG_SCHEMA, STATS_SCHEMA, MetricStore
 from perfkit.core.incident import Incident, incident_scope
-from perfkit.core.scope import Scope, ScopeReport
+from perfkit.core.scope import Scope, ScopeReport, host_keys, is_infrastructure
 from perfkit.engine.scope import scope_store
 from perfkit.errors import BundleError
 from perfkit.sources import openmetrics
@@ -51,12 +53,23 @@ class Bundle:
     scope: ScopeReport | None = None  # what the workload scope kept (None: not scoped)
 
 
-def load_bundle(path: str | Path, *, incident: Incident | None = None, scope: Scope | None = None) -> Bundle:
+def load_bundle(
+    path: str | Path,
+    *,
+    incident: Incident | None = None,
+    scope: Scope | None = None,
+    families: openmetrics.Families = None,
+) -> Bundle:
     """Load everything a bundle holds; ``incident`` overrides its incident.yaml (e.g. a runbook's window).
 
     ``scope`` (default: the incident's ``scope:``/``hosts:``) keeps only the affected workload's
     series and those of its hosts (:mod:`perfkit.engine.scope`); a scope that matches nothing is a
-    :class:`~perfkit.engine.scope.ScopeMatchesNothing` error.
+    :class:`~perfkit.engine.scope.ScopeMatchesNothing` error. The scope is applied while the
+    metrics are read (:func:`read_scoped`), so a fleet capture costs
+    the memory of the workload's series, not of the fleet's.
+
+    ``families`` (a set of sample names, or a predicate on them) reads only those metrics: the
+    lines of every other family are skipped before they are split (and are not checked).
 
     Raises :class:`~perfkit.errors.BundleError` for a missing folder, a missing, malformed or
     refused ``incident.yaml`` and a malformed metrics file. Anything else that cannot or may not
@@ -81,11 +94,12 @@ def load_bundle(path: str | Path, *, incident: Incident | None = None, scope: Sc
         missing.append("metrics: the bundle has no metrics/ folder")
     elif not metric_files and not any(m.startswith("metrics: ") for m in missing):
         missing.append("metrics: metrics/ holds no *.om files")
-    store = openmetrics.read_files(metric_files) if metric_files else MetricStore()
     scope = scope if scope is not None else incident_scope(inc)
     report = None
     if scope:
-        store, report = scope_store(store, scope)
+        store, report = read_scoped(metric_files, scope, families=families)
+    else:
+        store = openmetrics.read_files(metric_files, families=families) if metric_files else MetricStore()
     files["metrics"] = [_rel(p, root) for p in metric_files]
 
     from perfkit.sources.events import read_events
@@ -117,6 +131,40 @@ def load_bundle(path: str | Path, *, incident: Incident | None = None, scope: Sc
     elif not any(m.startswith("logs: ") for m in missing):
         missing.append("logs: the bundle has no logs/")
     return Bundle(root, inc, store, events, logs, stats, unknown, files, missing, report)
+
+
+def read_scoped(
+    paths: Iterable[str | Path], scope: Scope, *, families: openmetrics.Families = None
+) -> tuple[MetricStore, ScopeReport]:
+    """:func:`~perfkit.sources.openmetrics.read_files` narrowed to ``scope`` while reading. The
+    result equals ``scope_store(read_files(paths, families=families), scope)``
+    (:func:`perfkit.engine.scope.scope_store`), but a workload series the matchers refuse is
+    dropped as it is read, GPU/host series are kept compact until the workload's hosts are known,
+    and the rule runs once per series (on one row each), not on every sample.
+
+    Raises :class:`~perfkit.engine.scope.ScopeMatchesNothing` when the matchers keep no series.
+    """
+    reports: list[ScopeReport] = []
+
+    def select(series: MetricStore) -> MetricStore:
+        kept, report = scope_store(series, scope)
+        reports.append(report)
+        return kept
+
+    skip = partial(_out_of_scope, scope)
+    store = openmetrics.read_files(paths, families=families, skip=skip, select=select)
+    return store, reports[0]
+
+
+def _out_of_scope(scope: Scope, family: str, labels: dict[str, str]) -> bool:
+    """Whether ``scope`` drops this series whatever else is read: a workload series that carries a
+    label the scope selects on and that the matchers refuse, or (with ``--hosts``) a GPU/host series
+    naming only other hosts. (Whether a series without the scope's labels is kept depends on its
+    family's other series and on the workload's hosts: it is judged at the end.)"""
+    if is_infrastructure(family) or not scope.matchers:
+        hosts, wanted = host_keys(labels), scope.hosts or frozenset()
+        return bool(wanted) and bool(hosts) and not hosts & wanted
+    return bool(scope.labels & labels.keys()) and not scope.matches(labels)
 
 
 def _rel(path: Path, root: Path) -> str:

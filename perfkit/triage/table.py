@@ -188,11 +188,12 @@ def triage_bundle(path: Any, scope: str | None = None, hosts: str | None = None)
     from perfkit.core.scope import parse_scope
     from perfkit.engine.local import LocalEngine
     from perfkit.engine.scope import ScopeMatchesNothing
+    from perfkit.engine.signals import is_triage_family
     from perfkit.sources.bundle import load_bundle
 
     chosen = parse_scope(scope, hosts) if scope or hosts else None
     try:
-        b = load_bundle(path, scope=chosen)
+        b = load_bundle(path, scope=chosen, families=is_triage_family)  # what the rows read, nothing else
     except ScopeMatchesNothing as exc:
         raise with_workloads(exc, path) from None
     return triage_evidence(
