@@ -14,6 +14,22 @@ from datetime import datetime
 
 import numpy as np
 
+MIN_SEGMENT_POINTS = 8
+"""A level lasts at least 8 points (8 minutes at the usual one-minute step) on each side of a change:
+a restart or a burst of long prompts is shorter, an incident that pages someone is longer."""
+SHIFT_SCORE = 5.0
+"""The CUSUM statistic (difference of the two means in units of its standard error) must reach 5:
+about 1 in 2 million by chance under normal noise, so a series of a few hundred points with
+several splits tried stays clear of false alarms."""
+MIN_REL_CHANGE = 0.2
+"""A change of at least 20 % of the level: smaller shifts are within the hour-to-hour wobble of a
+latency quantile and not what an engineer acts on, however clear statistically."""
+MAX_POINTS = 4  # at most 4 change points per series: more is a noisy series, not a story
+SMOOTH_POINTS = 5
+"""The rolling median the series is smoothed with before splitting: a blip of 2 points (a restart,
+one slow scrape) never holds the median of 5."""
+MIN_SIGMA_LOG = 1e-3  # the noise floor on a log scale (0.1 %): a perfectly flat series is not infinitely sure
+
 
 @dataclass(frozen=True)
 class ChangePoint:
@@ -42,10 +58,10 @@ def detect(
     ts: list[datetime],
     values: np.ndarray,
     *,
-    min_size: int = 8,
-    threshold: float = 5.0,
-    min_rel: float = 0.2,
-    max_points: int = 4,
+    min_size: int = MIN_SEGMENT_POINTS,
+    threshold: float = SHIFT_SCORE,
+    min_rel: float = MIN_REL_CHANGE,
+    max_points: int = MAX_POINTS,
     log_scale: bool = True,
 ) -> list[ChangePoint]:
     """Change points of ``values`` (NaNs dropped), strongest first, at most ``max_points``.
@@ -58,10 +74,11 @@ def detect(
     if idx_map.size < 2 * min_size:
         return []
     x = np.log(v[keep]) if log_scale else v[keep]
-    x = _rolling_median(x, 5)
+    x = _rolling_median(x, SMOOTH_POINTS)
     diffs = np.diff(x)
     mad = np.median(np.abs(diffs - np.median(diffs))) if diffs.size else 0.0
-    sigma = max(mad / 0.6745 / np.sqrt(2), 1e-3 if log_scale else 1e-9 + 1e-3 * np.median(np.abs(x)))
+    floor = MIN_SIGMA_LOG if log_scale else 1e-9 + MIN_SIGMA_LOG * np.median(np.abs(x))
+    sigma = max(mad / 0.6745 / np.sqrt(2), floor)  # MAD of differences → SD of the noise
     found: list[tuple[int, float]] = []
 
     def split(a: int, b: int) -> None:

@@ -1,8 +1,11 @@
 """What changed: change points in the key series, aligned with deploy events.
 
 A deploy is a suspect only if a shift *starts at it*: a change point within a few steps after the
-deploy (the rate window delays what the series show by up to one window). Deploys with no shift
-are cleared by name; a shift with no deploy is reported as "no deploy explains this shift".
+deploy (the rate window delays what the series show by up to one window), on a series that was
+still at its baseline level when the deploy landed (a deploy cannot cause what started before it:
+a tail quantile that climbs in a staircase through an incident has a step near any deploy made
+during it). Deploys with no such shift are cleared by name; a shift with no deploy is reported as
+"no deploy explains this shift".
 """
 
 from __future__ import annotations
@@ -20,6 +23,20 @@ from perfkit.engine import signals as S
 
 SUSPECT_KINDS = ("deploy", "rollback", "config")
 
+STEP_POINTS = 150  # about 150 points over baseline → window end: one-minute steps for a few hours
+MIN_STEP_S = 60.0  # never finer than a minute: a rate over fewer scrapes is noise
+ALIGN_AFTER_STEPS = 3
+"""A change point up to 3 steps after a deploy starts at it: the rate window (one step) delays what
+the series show, the rollout takes a minute or two, and the rolling median moves a step later."""
+ALIGN_MIN_S = 180.0  # ... and never less than 3 minutes (a rolling deploy of a few replicas)
+ALIGN_BEFORE_STEPS = 1
+"""A change point up to 1 step *before* the deploy's timestamp still starts at it: the event is
+logged when the rollout finishes, and the step holding it mixes both sides."""
+PRE_DEPLOY_DRIFT = 0.2
+"""A series already 20 %+ worse than its baseline level just before the deploy had degraded before
+it: the shift at the deploy continues an incident in progress and is not the deploy's. 20 % is the
+change-point detector's own floor for a real change (``changepoints.MIN_REL_CHANGE``)."""
+
 #: series watched for shifts: (name, signal, kind, quantile or None, degrading direction +1 up / -1 down)
 WATCHED: tuple[tuple[str, str, str, float | None, int], ...] = (
     ("TTFT p50", "ttft", "quantile", 0.5, +1),
@@ -36,6 +53,22 @@ WATCHED: tuple[tuple[str, str, str, float | None, int], ...] = (
 )
 
 
+#: the tail series by the part of a request they time: prefill (first token), decode (the tokens
+#: after it; ITL and TPOT are two statistics of the same gaps) and the whole request
+TAIL_VIEWS = {"TTFT p95": "prefill", "ITL p95": "decode", "TPOT p95": "decode", "E2E p95": "end-to-end"}
+
+
+def is_tail(series: str) -> bool:
+    """A watched series that is a tail quantile (p95): a subset of requests, which a change in the
+    traffic mix (a few long prompts) moves without any code change."""
+    return any(name == series and kind == "quantile" and (q or 0) > 0.5 for name, _, kind, q, _ in WATCHED)
+
+
+def tail_views(series: list[str]) -> set[str]:
+    """The parts of a request (:data:`TAIL_VIEWS`) whose tail the named series show."""
+    return {TAIL_VIEWS[name] for name in series if name in TAIL_VIEWS}
+
+
 @dataclass
 class Shift:
     series: str
@@ -46,6 +79,14 @@ class Shift:
     degrading: bool
     aligned_event: dict[str, Any] | None = None
     nearby: list[dict[str, Any]] = field(default_factory=list)  # other events (notes, alerts) just before
+    #: how much worse than its baseline level the series already was before the shift (0.3: 30 %)
+    drift_before: float | None = None
+    score: float | None = None  # the change point's standardised size (changepoints.SHIFT_SCORE is its floor)
+
+    @property
+    def from_baseline(self) -> bool:
+        """The series left its baseline level here (not already degraded before the shift)."""
+        return self.drift_before is None or self.drift_before < PRE_DEPLOY_DRIFT
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +98,8 @@ class Shift:
             "degrading": self.degrading,
             "aligned_event": self.aligned_event,
             "nearby": self.nearby,
+            "drift_before": None if self.drift_before is None else round(self.drift_before, 4),
+            "score": None if self.score is None else round(self.score, 2),
         }
 
 
@@ -123,17 +166,33 @@ def watched_series(engine, span: Window, step_s: float, queries: list[str]) -> d
     return out
 
 
+def _level(frame: pl.DataFrame, w: Window) -> float | None:
+    """The series' median over ``w`` (its baseline level)."""
+    inside = frame.filter((pl.col("ts") >= w.start) & (pl.col("ts") <= w.end))["value"].to_numpy()
+    inside = inside[np.isfinite(inside)]
+    return float(np.median(inside)) if inside.size else None
+
+
+def _drift(before: float, base: float | None, direction: int) -> float | None:
+    """How much worse than ``base`` the level ``before`` is, in the degrading ``direction`` (0.3: 30 %
+    worse); None when there is no baseline level or the series has no degrading direction."""
+    if base is None or base <= 0 or before <= 0 or direction == 0:
+        return None
+    return before / base - 1.0 if direction > 0 else base / before - 1.0
+
+
 def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFrame) -> ReleaseCorrelation:
     """Change points over baseline-start → window-end, each matched to the deploy it starts at."""
     start = min(baseline.start, window.start) if baseline else window.start - (window.end - window.start)
     span = Window(start, window.end)
-    step_s = max(60.0, S.choose_step(span, points=150))
+    step_s = max(MIN_STEP_S, S.choose_step(span, points=STEP_POINTS))
     queries: list[str] = []
     series = watched_series(engine, span, step_s, queries)
     missing = []
     if not series:
         missing.append("release correlation: no latency or throughput series to look for shifts in")
-    tolerance = timedelta(seconds=max(3 * step_s, 180))
+    tolerance = timedelta(seconds=max(ALIGN_AFTER_STEPS * step_s, ALIGN_MIN_S))
+    base_span = baseline if baseline else Window(span.start, window.start)
     evs = []
     if events.height:
         in_span = events.filter((pl.col("ts") >= span.start - tolerance) & (pl.col("ts") <= span.end))
@@ -146,14 +205,18 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
             continue
         ts = frame["ts"].to_list()
         cps: list[ChangePoint] = detect(ts, frame["value"].to_numpy(), log_scale=True)
+        base_level = _level(frame, base_span)
         for cp in cps:
             degrading = (direction > 0 and cp.rel_change > 0) or (direction < 0 and cp.rel_change < 0)
-            shift = Shift(name, cp.ts, cp.before, cp.after, cp.rel_change, degrading)
+            shift = Shift(name, cp.ts, cp.before, cp.after, cp.rel_change, degrading, score=cp.score)
+            shift.drift_before = _drift(cp.before, base_level, direction)
             # the deploy the shift starts at: at or before the change point, within tolerance
             best = None
             for e in suspects:
                 lead = (cp.ts - e["ts"]).total_seconds()
-                if -step_s <= lead <= tolerance.total_seconds() and (best is None or abs(lead) < best[0]):
+                if -ALIGN_BEFORE_STEPS * step_s <= lead <= tolerance.total_seconds() and (
+                    best is None or abs(lead) < best[0]
+                ):
                     best = (abs(lead), e)
             if best:
                 e = best[1]
@@ -164,10 +227,10 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
                     "detail": e["detail"],
                 }
             shifts.append(shift)
-    # A suspect needs degrading latency shifts starting at it; rank by total degrading shift.
+    # A suspect needs degrading shifts starting at it, from the baseline level; rank by their total.
     scores: dict[str, tuple[float, dict[str, Any], list[str]]] = {}
     for sh in shifts:
-        if sh.degrading and sh.aligned_event and sh.ts >= span.start:
+        if sh.degrading and sh.aligned_event and sh.from_baseline and sh.ts >= span.start:
             key = f"{sh.aligned_event['ts']}|{sh.aligned_event['version']}"
             total, ev, names = scores.get(key, (0.0, sh.aligned_event, []))
             scores[key] = (total + abs(float(np.log1p(sh.rel_change))), ev, [*names, sh.series])
@@ -178,7 +241,8 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
     cleared = []
     for e in suspects:
         hit = any(
-            sh.aligned_event and sh.aligned_event["ts"] == iso(e["ts"]) and sh.degrading for sh in shifts
+            sh.aligned_event and sh.aligned_event["ts"] == iso(e["ts"]) and sh.degrading and sh.from_baseline
+            for sh in shifts
         )
         if not hit and span.start <= e["ts"] <= span.end:
             cleared.append(

@@ -2,22 +2,50 @@
 training rows and the runbook's training section read it).
 
 Per window: step time and exposed-communication share (averaged over ranks), the data-wait share
-of the slowest rank (a synchronous job runs at its pace), tokens/s, and the loss curve's roughness. Roughness is robust on purpose: the median of the
-absolute minute-to-minute changes of the loss (relative to its level) and the count of spikes
-(points far above the rolling median), so one bad batch does not read as an oscillating loss.
+of the slowest rank (a synchronous job runs at its pace), tokens/s, how much the step time and the
+GPUs' utilisation jump from one scrape to the next (the seed's §4.1 sign of an unsteady data
+supply), and the loss curve's shape.
+
+The loss is read at every scrape (the rank average): a one-minute grid keeps a quarter of the
+points and turns one noisy minute into a "2x rougher" loss. Its shape is measured robustly, so one
+bad batch does not read as an oscillating loss:
+
+* **roughness**: the robust scatter (1.4826 x MAD) of the loss around its linear trend over the
+  window, relative to the loss level. Batch noise, an oscillation, a walk from one data source to
+  the next and a loss that jumps and stays up all raise it; one spike does not (the MAD ignores it).
+* **spikes**: episodes of consecutive points more than :data:`SPIKE_MADS` robust SDs above the
+  rolling median, where the SD is the larger of the window's own scatter and the baseline's (a
+  job that hangs has a flat loss: without the baseline's scale its rounding would be "spikes").
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
+import polars as pl
 
+from perfkit.core.frames import Window
 from perfkit.core.incident import Incident
+from perfkit.engine import ops
 from perfkit.engine import signals as S
 
-SPIKE_MADS = 6.0  # a loss point more than 6 MADs above its rolling median is a spike
+SPIKE_MADS = 6.0
+"""A loss point more than 6 robust SDs above its rolling median is a spike: batch noise is close to
+normal, so 6 SDs happen by chance about once in 10^9 points, never in a window of scrapes."""
+SPIKE_ROLLING_POINTS = 7
+"""The rolling median a spike is measured from spans 7 scrapes (~2 minutes at 15 s): longer than a
+spike (one bad batch and its clipped update decay in ~20 steps), shorter than an oscillation."""
+MIN_LOSS_POINTS = 8
+"""Fewer than 8 loss points in a window give no shape: a MAD of 7 residuals is noise itself."""
+MIN_SCRAPE_S = 15.0
+"""The finest grid the series are read on: the usual scrape interval (Prometheus' common 15 s)."""
+MAX_GRID_POINTS = 2000
+"""At most 2000 points per series in a window (a day at 15 s is 5760; Prometheus refuses a range
+query past 11,000): longer windows are read on a coarser grid."""
+MAD_TO_SD = 1.4826  # MAD x 1.4826 estimates the SD of normal noise
 
 
 @dataclass
@@ -29,6 +57,11 @@ class TrainingEvidence:
     tokens_per_s: dict[str, float | None] = field(default_factory=dict)
     loss_roughness: dict[str, float | None] = field(default_factory=dict)
     loss_spikes: dict[str, int | None] = field(default_factory=dict)
+    #: median |Δ step time| between consecutive scrapes / median step time (median over ranks)
+    step_jitter: dict[str, float | None] = field(default_factory=dict)
+    #: mean |Δ DCGM_FI_DEV_GPU_UTIL| between consecutive scrapes, percentage points (mean over GPUs)
+    util_swing_pct: dict[str, float | None] = field(default_factory=dict)
+    scrape_s: float | None = None  # the grid the loss and jitter were read on
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -38,40 +71,131 @@ def _share(part: float | None, whole: float | None) -> float | None:
     return part / whole if part is not None and whole else None
 
 
-def loss_shape(values: np.ndarray) -> tuple[float | None, int]:
-    """(roughness, spikes) of a loss series sampled at a fixed step."""
-    v = values[np.isfinite(values)]
-    if v.size < 8:
-        return None, 0
-    level = float(np.median(v))
-    diffs = np.abs(np.diff(v))
-    roughness = float(np.median(diffs) / level) if level else None
-    k = 7
+def _rolling_median(v: np.ndarray, k: int) -> np.ndarray:
     pad = np.pad(v, k // 2, mode="edge")
-    rolling = np.median(np.lib.stride_tricks.sliding_window_view(pad, k), axis=1)
-    resid = v - rolling
-    mad = float(np.median(np.abs(resid - np.median(resid)))) or 1e-12
-    spikes = int(np.sum(resid > SPIKE_MADS * 1.4826 * mad))
-    return roughness, spikes
+    return cast(np.ndarray, np.median(np.lib.stride_tricks.sliding_window_view(pad, k), axis=1))
+
+
+def loss_roughness(values: np.ndarray) -> float | None:
+    """Robust scatter of a loss series around its linear trend, relative to its level."""
+    v = values[np.isfinite(values)]
+    if v.size < MIN_LOSS_POINTS:
+        return None
+    level = float(np.median(v))
+    if level <= 0:
+        return None
+    t = np.arange(v.size, dtype=np.float64)
+    slope, icpt = np.polyfit(t, v, 1)
+    resid = v - (slope * t + icpt)
+    return MAD_TO_SD * float(np.median(np.abs(resid - np.median(resid)))) / level
+
+
+def loss_spikes(values: np.ndarray, floor: float | None = None) -> int:
+    """Spike episodes: runs of points more than :data:`SPIKE_MADS` robust SDs above the rolling
+    median. ``floor``: the smallest relative SD to measure against (the baseline's roughness)."""
+    v = values[np.isfinite(values)]
+    if v.size < MIN_LOSS_POINTS:
+        return 0
+    level = float(np.median(v))
+    resid = v - _rolling_median(v, SPIKE_ROLLING_POINTS)
+    sd = MAD_TO_SD * float(np.median(np.abs(resid - np.median(resid))))
+    if floor is not None and level > 0:
+        sd = max(sd, floor * level)
+    if sd <= 0:
+        return 0
+    hot = resid > SPIKE_MADS * sd
+    return int(np.sum(hot[1:] & ~hot[:-1]) + int(hot[0]))
+
+
+def loss_shape(values: np.ndarray, floor: float | None = None) -> tuple[float | None, int]:
+    """(roughness, spike episodes) of a loss series sampled at a fixed step."""
+    return loss_roughness(values), loss_spikes(values, floor)
+
+
+def scrape_interval(engine: Any, signal: str, w: Window) -> float | None:
+    """The scrape interval of ``signal`` in ``w``: the window over the most samples any series has,
+    rounded down to whole 5 s (a restart's gap lengthens the quotient) and never finer than
+    :data:`MIN_SCRAPE_S`."""
+    res = S.resolve(engine, signal)
+    if res.metric is None:
+        return None
+    expr = ops.aggregate("max", ops.over_time("count", ops.Selector(res.metric), w.seconds))
+    frame = engine.instant(expr, w.end)
+    if not frame.height:
+        return None
+    n = frame["value"][0]
+    if n is None or not math.isfinite(float(n)) or float(n) < 2:
+        return None
+    return max(MIN_SCRAPE_S, 5.0 * math.floor(w.seconds / float(n) / 5.0))
+
+
+def _per_series(frame: pl.DataFrame, by: tuple[str, ...]) -> list[np.ndarray]:
+    if not frame.height:
+        return []
+    keys = [k for k in by if k in frame.columns]
+    groups = frame.sort("ts").partition_by(keys) if keys else [frame.sort("ts")]
+    return [g["value"].to_numpy().astype(np.float64) for g in groups]
+
+
+def step_jitter(frame: pl.DataFrame) -> float | None:
+    """Median over ranks of median |Δ step time| / median step time between consecutive scrapes."""
+    out = []
+    for v in _per_series(frame, ("rank",)):
+        v = v[np.isfinite(v)]
+        if v.size >= MIN_LOSS_POINTS and np.median(v) > 0:
+            out.append(float(np.median(np.abs(np.diff(v))) / np.median(v)))
+    return float(np.median(out)) if out else None
+
+
+def util_swing(frame: pl.DataFrame) -> float | None:
+    """Mean over GPUs of the mean |Δ utilisation| between consecutive scrapes (percentage points)."""
+    out = []
+    for v in _per_series(frame, ("Hostname", "instance", "gpu", "UUID")):
+        v = v[np.isfinite(v)]
+        if v.size >= MIN_LOSS_POINTS:
+            out.append(float(np.mean(np.abs(np.diff(v)))))
+    return float(np.mean(out)) if out else None
+
+
+def _grid(scrape_s: float, w: Window) -> float:
+    """The step to read ``w`` on: the scrape interval, coarser when that gives too many points."""
+    return max(scrape_s, w.seconds / MAX_GRID_POINTS)
 
 
 def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
-    if not S.resolve(engine, "train_step").found:
-        return TrainingEvidence(False)
-    ev = TrainingEvidence(True)
-    for side, w in (("incident", inc.window), ("baseline", inc.baseline)):
-        if w is None:
-            continue
+    sides = [(s, w) for s, w in (("baseline", inc.baseline), ("incident", inc.window)) if w is not None]
+    present = S.resolve(engine, "train_step").found
+    ev = TrainingEvidence(present)
+    if S.resolve(engine, "gpu_util").found:
+        scrape = min((scrape_interval(engine, "gpu_util", w) or MIN_SCRAPE_S for _, w in sides), default=0.0)
+        for side, w in sides:
+            util = S.gauge_series(
+                engine, "gpu_util", w, _grid(scrape, w), combine="avg", by=("Hostname", "gpu")
+            )
+            ev.util_swing_pct[side] = util_swing(util)
+    if not present:
+        return ev
+    ev.scrape_s = min(
+        (s for s in (scrape_interval(engine, "train_step", w) for _, w in sides) if s is not None),
+        default=None,
+    )
+    for side, w in sides:  # the baseline first: its roughness is the incident's spike scale
+        grid = _grid(ev.scrape_s or MIN_SCRAPE_S, w)
         step = S.gauge_stat(engine, "train_step", w, "avg", combine="avg")
         ev.step_s[side] = step
         # The slowest rank sets a synchronous job's pace: at each step take the rank that waited most.
-        waits = S.gauge_series(engine, "train_data_wait", w, 15.0, combine="max")
+        waits = S.gauge_series(engine, "train_data_wait", w, grid, combine="max")
         ev.data_wait_share[side] = _share(
             float(cast(float, waits["value"].mean())) if waits.height else None, step
         )
         ev.comm_share[side] = _share(S.gauge_stat(engine, "train_comm", w, "avg", combine="avg"), step)
         ev.tokens_per_s[side] = S.counter_rate(engine, "train_tokens", w)
-        loss = S.gauge_series(engine, "train_loss", w, 60.0, combine="avg")
+        ev.step_jitter[side] = step_jitter(
+            S.gauge_series(engine, "train_step", w, grid, combine="avg", by=("rank",))
+        )
+        loss = S.gauge_series(engine, "train_loss", w, grid, combine="avg")
         if loss.height:
-            ev.loss_roughness[side], ev.loss_spikes[side] = loss_shape(loss["value"].to_numpy())
+            values = loss["value"].to_numpy().astype(np.float64)
+            floor = ev.loss_roughness.get("baseline") if side == "incident" else None
+            ev.loss_roughness[side], ev.loss_spikes[side] = loss_shape(values, floor)
     return ev

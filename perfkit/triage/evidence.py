@@ -124,7 +124,8 @@ def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> I
     if itl_p50 is None or not i_bounds:
         return out
     # A stall is a gap far outside the baseline's own worst: 2x its p99.9 (and >= 0.5 s, >= 10x p50).
-    normal_worst = S.window_quantiles(engine, "itl", (0.999,), baseline)[0.999] if baseline else None
+    worst_q = T.STALL_WORST_QUANTILE
+    normal_worst = S.window_quantiles(engine, "itl", (worst_q,), baseline)[worst_q] if baseline else None
     floor = max(
         T.STALL_MIN_S, T.STALL_MEDIAN_MULTIPLE * itl_p50, T.STALL_WORST_MULTIPLE * (normal_worst or 0)
     )
@@ -140,7 +141,7 @@ def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> I
         out.stalls_per_min[side] = (
             (total - fast) / (w.seconds / 60) if total is not None and fast is not None else None
         )
-    step = 120.0  # two-minute bins: a long prompt arriving late in a minute stalls decodes in the next
+    step = T.INTERFERENCE_BIN_S
     long_all = S.rate_series(engine, "prompt_tokens", window, step, histogram_count=True)
     long_short = S.rate_series(engine, "prompt_tokens", window, step, histogram_count=True, le=long_le)
     itl_all = S.rate_series(engine, "itl", window, step, histogram_count=True)
@@ -161,7 +162,7 @@ def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> I
     out.minutes = frame.height
     x, y = frame["long_arrivals"].to_numpy(), frame["itl_stalls"].to_numpy()
     ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() >= 10 and x[ok].std() > 0 and y[ok].std() > 0:
+    if ok.sum() >= T.MIN_CORRELATION_BINS and x[ok].std() > 0 and y[ok].std() > 0:
         out.correlation = float(np.corrcoef(x[ok], y[ok])[0, 1])
     return out
 

@@ -1,38 +1,105 @@
 """The inference-serving rows of the triage table (DESIGN.md §5): tail-latency divergence,
 slow prefill, high TPOT, latency surge under load, a post-deploy shift and out-of-memory, each as a
 detector and a verification. :mod:`perfkit.triage.rows` puts them in :data:`~perfkit.triage.rows.ROWS`.
+
+Every comparison with a threshold goes through :mod:`perfkit.triage.row_types` (``at_least`` and
+friends), so each Detection and Verification carries the cuts its outcome hung on.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+from perfkit.analyses.release import Shift, is_tail, tail_views
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
-from perfkit.triage.row_types import Detection, Verification, _clamp, _r
+from perfkit.triage.row_types import (
+    ABSENT,
+    Detection,
+    Test,
+    Verification,
+    _r,
+    above,
+    all_of,
+    any_of,
+    at_least,
+    at_most,
+    below,
+    cuts_of,
+    negate,
+)
 
 # -- tail_latency_divergence → prefill_decode_interference -------------------------------------
 
 
+def _ratio(a: float | None, b: float | None, floor: float = 0.0) -> float | None:
+    if a is None or b is None:
+        return None
+    b = max(b, floor)
+    return a / b if b > 0 else (math.inf if a > 0 else None)
+
+
+def _stalls_new(ev: Evidence) -> Test:
+    """Decode stalls (ITL gaps past the stall threshold) frequent and new against the baseline."""
+    it = ev.interference
+    si, sb = it.stalls_per_min.get("incident"), it.stalls_per_min.get("baseline")
+    rise = _ratio(si, sb, floor=T.STALL_BASELINE_FLOOR_PER_MIN)
+    return all_of(at_least(si, "STALLS_PER_MIN"), at_least(rise, "STALL_RISE"))
+
+
+def _long_rose(ev: Evidence) -> Test:
+    """Long prompts are a real share of the traffic, and more of it than in the baseline."""
+    share = ev.interference.long_share
+    li, lb = share.get("incident"), share.get("baseline")
+    mixed = at_least(li, "LONG_PROMPT_SHARE")
+    if lb is None:
+        return mixed
+    return all_of(mixed, at_least(_ratio(li, lb, floor=T.LONG_SHARE_FLOOR), "LONG_SHARE_RISE"))
+
+
 def detect_tail(ev: Evidence) -> Detection:
-    p95, p50 = ev.ratio("ttft", 0.95), ev.ratio("ttft", 0.5)
-    p99_tok = ev.ratio(ev.per_token(), 0.99)
-    long_share = ev.interference.long_share.get("incident")
+    tok = ev.per_token()
+    p50, p95, p99 = ev.ratio("ttft", 0.5), ev.ratio("ttft", 0.95), ev.ratio("ttft", 0.99)
+    tok99 = ev.ratio(tok, 0.99)
+    it = ev.interference
+    long_share = it.long_share.get("incident")
     facts = {
         "ttft_p95_ratio": _r(p95),
+        "ttft_p99_ratio": _r(p99),
         "ttft_p50_ratio": _r(p50),
-        f"{ev.per_token()}_p99_ratio": _r(p99_tok),
+        f"{tok}_p99_ratio": _r(tok99),
+        "itl_stalls_per_min": {k: _r(v) for k, v in it.stalls_per_min.items()},
         "long_prompt_share": _r(long_share, 4),
-        "long_prompt_threshold_tokens": ev.interference.long_threshold_tokens,
+        "long_prompt_threshold_tokens": it.long_threshold_tokens,
     }
     if p95 is None or p50 is None:
         return Detection(False, 0.0, facts, ["TTFT histogram in both windows"])
     delta = (ev.q("incident", "ttft", 0.95) or 0) - (ev.q("baseline", "ttft", 0.95) or 0)
-    tail_bad = (p95 >= T.TAIL_RATIO or (p99_tok or 0) >= T.TAIL_RATIO) and delta >= T.MIN_TAIL_DELTA_S
-    median_fine = p50 <= T.MEDIAN_FINE_RATIO
-    long_mixed = long_share is not None and long_share >= T.LONG_PROMPT_SHARE
+    # The tail is worse: TTFT p95 or the per-token p99 up by TAIL_RATIO (and by a time users feel),
+    # or decode stalls the baseline did not have (the "output freezes" users report). TTFT p99 is a
+    # fact, not a test: over a 20-minute window it rests on a few dozen requests.
+    quantile_tail = all_of(
+        any_of(at_least(p95, "TAIL_RATIO"), at_least(tok99, "TAIL_RATIO")),
+        at_least(delta, "MIN_TAIL_DELTA_S"),
+    )
+    tail_bad = any_of(quantile_tail, _stalls_new(ev))
+    median_fine = at_most(p50, "MEDIAN_FINE_RATIO")  # ... while the median request is as usual
     missing = [] if long_share is not None else ["prompt-length histogram (vllm:request_prompt_tokens)"]
-    detected = tail_bad and median_fine and (long_mixed or long_share is None)
-    strength = _clamp((p95 - 1) / 4) * (1.0 if long_mixed else 0.5) if detected else 0.0
-    return Detection(detected, strength, facts, missing)
+    long_mixed = at_least(long_share, "LONG_PROMPT_SHARE")
+    # Without a prompt-length histogram the row still fires (the mechanism is then unmeasured).
+    decided = all_of(tail_bad, median_fine, long_mixed if long_share is not None else Test(True))
+    tail_ratio = max(x for x in (p95, tok99) if x is not None)
+    strength = T.tail_strength(tail_ratio, bool(long_mixed)) if decided else 0.0
+    return Detection(decided.ok, strength, facts, missing, cuts_of(decided))
+
+
+def _fisher_band(r: float, n: int) -> tuple[float, float]:
+    """The one-sided CORR_Z band of a correlation of ``n`` pairs (Fisher's z)."""
+    if n <= 3:
+        return -1.0, 1.0
+    z, half = math.atanh(max(-0.999999, min(0.999999, r))), T.CORR_Z / math.sqrt(n - 3)
+    return math.tanh(z - half), math.tanh(z + half)
 
 
 def verify_tail(ev: Evidence) -> Verification:
@@ -40,7 +107,7 @@ def verify_tail(ev: Evidence) -> Verification:
     load = ev.rate_ratio("requests_per_s")
     waiting = ev.rate("incident", "waiting_avg")
     kv = ev.rate("incident", "kv_cache_usage_max")
-    numbers = {
+    numbers: dict[str, Any] = {
         "corr_long_prompts_vs_itl_stalls": _r(it.correlation),
         "minutes": it.minutes,
         "stall_threshold_s": it.stall_threshold_s,
@@ -57,22 +124,53 @@ def verify_tail(ev: Evidence) -> Verification:
             "cannot line up long-prompt arrivals with ITL stalls (histograms missing or too few minutes)",
             numbers,
         )
-    saturated = (waiting or 0) >= T.QUEUED_AVG or (load or 1) >= T.LOAD_RATIO or (kv or 0) >= T.KV_FULL_FRAC
-    if it.correlation >= T.CORR_CONFIRM and not saturated:
-        why = (
-            f"ITL stalls >{it.stall_threshold_s:g}s follow long-prompt (>{it.long_threshold_tokens:g} tok) "
-            f"arrivals in two-minute bins (r={it.correlation:.2f}) while load, queue and KV cache are normal"
+    low, high = _fisher_band(it.correlation, it.minutes)
+    numbers["corr_band_90"] = [_r(low), _r(high)]
+    saturated = any_of(
+        at_least(waiting, "QUEUED_AVG"), at_least(load, "LOAD_RATIO"), at_least(kv, "KV_FULL_FRAC")
+    )
+    calm = negate(saturated)
+    follows = at_least(it.correlation, "CORR_CONFIRM")
+    unrelated = below(high, "CORR_RULE_OUT")  # even the top of its band is under the cut
+    stalls, long_rose = _stalls_new(ev), _long_rose(ev)
+    # The mechanism shown at the window level: stalls and long prompts both appeared against the
+    # baseline, on an engine that lets one prefill take a whole step (chunked prefill off).
+    mechanism = all_of(stalls, long_rose, Test(ev.chunked_prefill is False))
+    if unrelated:
+        return Verification(
+            "ruled_out",
+            f"ITL stalls do not follow long-prompt arrivals (r={it.correlation:.2f}, "
+            f"at most {high:.2f} at 90 %)",
+            numbers,
+            cuts_of(unrelated),
         )
+    if calm and (follows or mechanism):
+        if follows:
+            why = (
+                f"ITL stalls >{it.stall_threshold_s:g}s follow long-prompt (>{it.long_threshold_tokens:g} tok) "
+                f"arrivals in two-minute bins (r={it.correlation:.2f})"
+            )
+            decided = all_of(calm, follows)
+        else:
+            si, li = it.stalls_per_min.get("incident") or 0.0, it.long_share.get("incident") or 0.0
+            why = (
+                f"ITL stalls >{it.stall_threshold_s:g}s ({si:.1f}/min) appeared with long prompts "
+                f"(>{it.long_threshold_tokens:g} tok, {li:.2%} of requests) against a baseline without "
+                f"either (two-minute bins: r={it.correlation:.2f}, too few bins to say more)"
+            )
+            decided = all_of(calm, mechanism, negate(unrelated))
+        why += " while load, queue and KV cache are normal"
         if ev.chunked_prefill is False:
             why += "; the engine runs with enable_chunked_prefill=False"
-        return Verification("confirmed", why, numbers)
-    if it.correlation < T.CORR_RULE_OUT:
-        return Verification(
-            "ruled_out", f"ITL stalls do not follow long-prompt arrivals (r={it.correlation:.2f})", numbers
-        )
+        return Verification("confirmed", why, numbers, cuts_of(decided))
     why = f"long prompts and ITL stalls correlate (r={it.correlation:.2f})"
-    why += " but the server is saturated, which also explains stalls" if saturated else ", but weakly"
-    return Verification("inconclusive", why, numbers)
+    if saturated:
+        why += " but the server is saturated, which also explains stalls"
+        cuts = cuts_of(saturated, negate(unrelated))
+    else:
+        why += ", but weakly, and the window does not show the mechanism"
+        cuts = cuts_of(negate(follows), negate(mechanism), negate(unrelated))
+    return Verification("inconclusive", why, numbers, cuts)
 
 
 # -- ttft_high_prefill_slow → kv_cache_allocation -----------------------------------------------
@@ -90,9 +188,11 @@ def detect_prefill(ev: Evidence) -> Detection:
     }
     if ttft is None or prefill is None:
         return Detection(False, 0.0, facts, ["TTFT and prefill-time histograms in both windows"])
-    ttft_high = ttft >= T.TTFT_RATIO or (slo is not None and ttft_now is not None and ttft_now > slo)
-    detected = ttft_high and prefill >= T.PREFILL_RATIO
-    return Detection(detected, _clamp((prefill - 1) / 3) if detected else 0.0, facts)
+    over_slo = above(_ratio(ttft_now, slo), "SLO_BREACH_RATIO") if slo else ABSENT
+    ttft_high = any_of(at_least(ttft, "TTFT_RATIO"), over_slo)
+    decided = all_of(ttft_high, at_least(prefill, "PREFILL_RATIO"))
+    strength = T.prefill_strength(prefill) if decided else 0.0
+    return Detection(decided.ok, strength, facts, cuts=cuts_of(decided))
 
 
 def verify_prefill(ev: Evidence) -> Verification:
@@ -115,31 +215,49 @@ def verify_prefill(ev: Evidence) -> Verification:
     }
     if share is None or kv is None:
         return Verification("inconclusive", "prefill share of TTFT or KV-cache usage unknown", numbers)
-    if share < 0.5:
+    elsewhere = below(share, "PREFILL_SHARE_RULE_OUT")
+    if elsewhere:
         return Verification(
             "ruled_out",
             f"prefill is only {share:.0%} of mean TTFT: the first token waits elsewhere (queue)",
             numbers,
+            cuts_of(elsewhere),
         )
-    reasons = []
-    if hit_drop is not None and hit_drop >= T.PREFIX_HIT_DROP:
-        reasons.append(
-            f"the prefix-cache hit rate fell from {hit_b:.0%} to {hit_i:.0%}, so prompts are recomputed"
+    hits = at_least(hit_drop, "PREFIX_HIT_DROP")
+    full = at_least(kv, "KV_FULL_FRAC")
+    preempting = at_least(pre, "PREEMPTIONS_PER_S")
+    pressure = any_of(hits, full, preempting)
+    if pressure:
+        reasons = []
+        if hits:
+            reasons.append(
+                f"the prefix-cache hit rate fell from {hit_b:.0%} to {hit_i:.0%}, so prompts are recomputed"
+            )
+        if full:
+            reasons.append(f"the KV cache peaks at {kv:.0%}")
+        if preempting:
+            reasons.append(f"{pre:.3f} preemptions/s recompute prompts")
+        return Verification(
+            "confirmed",
+            f"prefill is {share:.0%} of TTFT and " + "; ".join(reasons),
+            numbers,
+            cuts_of(negate(elsewhere), pressure),
         )
-    if kv >= T.KV_FULL_FRAC:
-        reasons.append(f"the KV cache peaks at {kv:.0%}")
-    if (pre or 0) >= T.PREEMPTIONS_PER_S:
-        reasons.append(f"{pre:.3f} preemptions/s recompute prompts")
-    if reasons:
-        return Verification("confirmed", f"prefill is {share:.0%} of TTFT and " + "; ".join(reasons), numbers)
-    if kv < T.KV_CALM_FRAC:
+    calm = below(kv, "KV_CALM_FRAC")
+    if calm:
         return Verification(
             "ruled_out",
             f"prefill is slow ({share:.0%} of TTFT) but the KV cache is calm "
             f"(max {kv:.0%}, no preemptions, prefix hits steady): allocation is not the problem",
             numbers,
+            cuts_of(negate(elsewhere), negate(pressure), calm),
         )
-    return Verification("inconclusive", f"prefill {share:.0%} of TTFT, KV max {kv:.0%}", numbers)
+    return Verification(
+        "inconclusive",
+        f"prefill {share:.0%} of TTFT, KV max {kv:.0%}",
+        numbers,
+        cuts_of(negate(elsewhere), negate(pressure), negate(calm)),
+    )
 
 
 # -- tpot_high → decode_efficiency ------------------------------------------------------------
@@ -151,8 +269,9 @@ def detect_tpot(ev: Evidence) -> Detection:
     facts = {"per_token_signal": tok, f"{tok}_p50_ratio": _r(p50), f"{tok}_p95_ratio": _r(p95)}
     if p50 is None:
         return Detection(False, 0.0, facts, ["TPOT/ITL histogram in both windows"])
-    detected = p50 >= T.TPOT_MEDIAN_RATIO
-    return Detection(detected, _clamp((p50 - 1) / 1.5) if detected else 0.0, facts)
+    slower = at_least(p50, "TPOT_MEDIAN_RATIO")
+    strength = T.tpot_strength(p50) if slower else 0.0
+    return Detection(slower.ok, strength, facts, cuts=cuts_of(slower))
 
 
 def verify_tpot(ev: Evidence) -> Verification:
@@ -175,23 +294,32 @@ def verify_tpot(ev: Evidence) -> Verification:
     }
     if p50 is None or load is None:
         return Verification("inconclusive", "need TPOT and request rate in both windows", numbers)
-    if load >= T.LOAD_RATIO:
+    more_load = at_least(load, "LOAD_RATIO")
+    if more_load:
         return Verification(
             "ruled_out",
             f"offered load (requests or generated tokens per second) rose {load:.2f}x and the batch "
             f"{batch or 0:.2f}x: the "
             "slower tokens are the cost of a bigger batch, not a less efficient decode",
             numbers,
+            cuts_of(more_load),
         )
-    if p50 >= T.TPOT_MEDIAN_RATIO:
+    slower = at_least(p50, "TPOT_MEDIAN_RATIO")
+    if slower:
         return Verification(
             "confirmed",
             f"at the same offered load ({load:.2f}x) the median token takes "
             f"{p50:.2f}x as long; the batch grew {batch or 0:.2f}x only because requests stay "
             "longer (Little's law)",
             numbers,
+            cuts_of(negate(more_load), slower),
         )
-    return Verification("ruled_out", f"median {tok} within {p50:.2f}x of the baseline", numbers)
+    return Verification(
+        "ruled_out",
+        f"median {tok} within {p50:.2f}x of the baseline",
+        numbers,
+        cuts_of(negate(more_load), slower),
+    )
 
 
 # -- latency_surge_under_load → scheduler_queueing ----------------------------------------------
@@ -207,13 +335,14 @@ def detect_load(ev: Evidence) -> Detection:
         "waiting_avg": _r(waiting),
         "ttft_p50_ratio": _r(lat),
     }
-    if lat is None or (load is None and conc is None):
-        return Detection(False, 0.0, facts, ["request rate or concurrency, and TTFT, in both windows"])
-    # "with concurrency": more offered load or more requests in flight. A queue with neither is lost
-    # capacity (a smaller KV cache, a slower step), which other rows explain.
-    more_load = (load or 0) >= T.LOAD_RATIO or (conc or 0) >= T.CONCURRENCY_RATIO
-    detected = more_load and lat >= T.LATENCY_MEDIAN_RATIO
-    return Detection(detected, _clamp(lat / 10) if detected else 0.0, facts)
+    if lat is None:
+        return Detection(False, 0.0, facts, ["TTFT (or E2E latency) in both windows"])
+    # The symptom is the whole distribution jumping (the median doubled). Concurrency rises with any
+    # such jump (Little's law: requests in flight = rate x latency), and a 20 % traffic rise is an
+    # ordinary evening; neither can tell a surge from a slower server: the queue verification does.
+    surge = at_least(lat, "LATENCY_MEDIAN_RATIO")
+    strength = T.load_strength(lat) if surge else 0.0
+    return Detection(surge.ok, strength, facts, cuts=cuts_of(surge))
 
 
 def verify_load(ev: Evidence) -> Verification:
@@ -231,19 +360,34 @@ def verify_load(ev: Evidence) -> Verification:
     }
     if share is None or waiting is None:
         return Verification("inconclusive", "queue time or queue length unknown", numbers)
-    if share >= T.QUEUE_SHARE_CONFIRM and waiting >= 1:
+    queued = all_of(at_least(share, "QUEUE_SHARE_CONFIRM"), at_least(waiting, "QUEUED_CONFIRM_MIN"))
+    if queued:
         why = f"requests wait in the scheduler queue: {share:.0%} of TTFT, {waiting:.0f} waiting on average"
-        if kv is not None and kv >= T.KV_FULL_FRAC:
+        if at_least(kv, "KV_FULL_FRAC"):
             why += f"; the KV cache is at {kv:.0%}, so new requests cannot be admitted (a consequence of the batch)"
-        return Verification("confirmed", why, numbers)
-    if share < T.QUEUE_SHARE_RULE_OUT:
-        return Verification("ruled_out", f"queue time is only {share:.0%} of TTFT", numbers)
+        return Verification("confirmed", why, numbers, cuts_of(queued))
+    short = below(share, "QUEUE_SHARE_RULE_OUT")
+    if short:
+        return Verification("ruled_out", f"queue time is only {share:.0%} of TTFT", numbers, cuts_of(short))
     return Verification(
-        "inconclusive", f"queue is {share:.0%} of TTFT with {waiting:.1f} waiting on average", numbers
+        "inconclusive",
+        f"queue is {share:.0%} of TTFT with {waiting:.1f} waiting on average",
+        numbers,
+        cuts_of(negate(queued), negate(short)),
     )
 
 
 # -- post_deploy_shift → release_regression ------------------------------------------------------
+
+
+def _shift_test(x: Shift) -> Test:
+    """A degrading shift that starts at a deploy counts for it when it is a real change point and
+    the series was still at its baseline level (release.py decides this; recorded here as cuts)."""
+    return all_of(
+        at_least(x.score, "SHIFT_SCORE"),
+        at_least(abs(x.rel_change), "MIN_REL_CHANGE"),
+        below(x.drift_before, "PRE_DEPLOY_DRIFT") if x.drift_before is not None else Test(True),
+    )
 
 
 def detect_deploy(ev: Evidence) -> Detection:
@@ -251,9 +395,17 @@ def detect_deploy(ev: Evidence) -> Detection:
     facts = {"suspect": rel.suspect, "cleared": [c.get("version") or c.get("detail") for c in rel.cleared]}
     if not rel.events and not rel.suspect:
         return Detection(False, 0.0, facts, ["deploy events (events.csv)"])
+    aligned = [x for x in rel.shifts if x.aligned_event and x.degrading and x.score is not None]
     if rel.suspect is None:
-        return Detection(False, 0.0, facts)
-    return Detection(True, _clamp(rel.suspect.get("score", 0) / 1.5 + 0.3), facts)
+        # decided by the shifts that started at a deploy but did not count (none: nothing to cut)
+        return Detection(False, 0.0, facts, cuts=cuts_of(any_of(*(_shift_test(x) for x in aligned))))
+    s = rel.suspect
+    mine = [
+        x for x in aligned if x.aligned_event and x.aligned_event["ts"] == s["ts"] and x.series in s["series"]
+    ]
+    return Detection(
+        True, T.deploy_strength(s.get("score", 0)), facts, cuts=cuts_of(*(_shift_test(x) for x in mine))
+    )
 
 
 def verify_deploy(ev: Evidence) -> Verification:
@@ -267,29 +419,56 @@ def verify_deploy(ev: Evidence) -> Verification:
     if s is None:
         return Verification("ruled_out", "no shift starts at any deploy", numbers)
     # A traffic change at the same minute muddies the blame.
-    load_shift = next(
-        (
-            x
-            for x in rel.shifts
-            if x.series == "requests/s"
-            and x.aligned_event
-            and x.aligned_event["ts"] == s["ts"]
-            and abs(x.rel_change) >= T.LOAD_SHIFT_AT_DEPLOY
-        ),
-        None,
-    )
+    load_shifts = [
+        (x, at_least(abs(x.rel_change), "LOAD_SHIFT_AT_DEPLOY"))
+        for x in rel.shifts
+        if x.series == "requests/s" and x.aligned_event and x.aligned_event["ts"] == s["ts"]
+    ]
+    load_shift = next(((x, t) for x, t in load_shifts if t), None)
     if load_shift:
+        x, t = load_shift
         return Verification(
             "inconclusive",
             f"{s['version']} lines up with the shift, but request rate moved "
-            f"{load_shift.rel_change:+.0%} at the same time",
+            f"{x.rel_change:+.0%} at the same time",
             numbers,
+            cuts_of(t),
+        )
+    # Only tail quantiles shifted at the deploy: no median request moved. While long prompts became
+    # a real share of the traffic, a tail shift is what they do to everyone batched with them; and a
+    # p95 over one-minute windows rests on a handful of requests, so alone it wanders as much on an
+    # ordinary afternoon. A regression in the serving path moves the median request too, or shows in
+    # the tail of more than one part of a request (prefill, decode, end to end).
+    tails = [name for name in s.get("series", []) if is_tail(name)]
+    tail_only = len(tails) == len(s.get("series", []))
+    mix = _long_rose(ev)
+    views = tail_views(tails)
+    corroborated = above(len(views), "DEPLOY_TAIL_VIEWS")
+    what = f"{s['version'] or s['detail']} lines up with a shift of {', '.join(s['series'])} only"
+    if tail_only and mix:
+        share = ev.interference.long_share
+        return Verification(
+            "inconclusive",
+            f"{what}, and long prompts went from {share.get('baseline') or 0:.2%} to "
+            f"{share.get('incident') or 0:.2%} of requests in the window: a tail shift is what long "
+            "prompts do; no median moved at the deploy",
+            numbers,
+            cuts_of(mix),
+        )
+    if tail_only and not corroborated:
+        return Verification(
+            "inconclusive",
+            f"{what}: the {' and '.join(sorted(views))} tail of one-minute windows alone, with no median "
+            "moved, is within what a p95 of a few requests a minute wanders on an ordinary day",
+            numbers,
+            cuts_of(negate(mix), corroborated),
         )
     cleared = ", ".join(c.get("version") or c.get("detail") or "?" for c in rel.cleared)
     why = f"{', '.join(s['series'])} shifted at the {s['kind']} of {s['version'] or s['detail']} ({s['ts']})"
     if cleared:
         why += f"; cleared: {cleared}"
-    return Verification("confirmed", why, numbers)
+    tail_tests = (negate(mix), corroborated) if tail_only else ()
+    return Verification("confirmed", why, numbers, cuts_of(*(negate(t) for _, t in load_shifts), *tail_tests))
 
 
 # -- oom → memory_oversubscription ---------------------------------------------------------------
@@ -300,7 +479,8 @@ def detect_oom(ev: Evidence) -> Detection:
     facts = {"cuda_oom_lines": n}
     if not ev.logs:
         return Detection(False, 0.0, facts, ["logs (CUDA out-of-memory messages)"])
-    return Detection(n > 0, _clamp(0.6 + n / 10) if n else 0.0, facts)
+    seen = above(n, "OOM_LINES")
+    return Detection(seen.ok, T.oom_strength(n) if seen else 0.0, facts, cuts=cuts_of(seen))
 
 
 def verify_oom(ev: Evidence) -> Verification:
@@ -314,17 +494,18 @@ def verify_oom(ev: Evidence) -> Verification:
         "oom_request_vs_free_gib": ev.oom,
         "fb_used_peak_frac": _r(used / total if used is not None and total else None),
     }
-    if not n:
-        return Verification("ruled_out", "no out-of-memory messages in the logs", numbers)
+    seen = above(n, "OOM_LINES")
+    if not seen:
+        return Verification("ruled_out", "no out-of-memory messages in the logs", numbers, cuts_of(seen))
     parts = [f"{n} CUDA out-of-memory messages"]
     if ev.oom:
         parts.append(f"an allocation of {ev.oom['asked_gib']:.2f} GiB met {ev.oom['free_gib']:.2f} GiB free")
     if used is not None and total:
         parts.append(f"GPU memory peaked at {used / total:.0%} of capacity")
-    if kv is not None and kv >= T.KV_FULL_FRAC:
+    if at_least(kv, "KV_FULL_FRAC"):
         parts.append(f"the KV cache at {kv:.0%} is preallocated, so it is not what ran out")
     if ev.release.suspect:
         s = ev.release.suspect
         parts.append(f"it started with the {s['kind']} {s['version'] or s['detail']} at {s['ts']}")
         numbers["trigger"] = s
-    return Verification("confirmed", "; ".join(parts), numbers)
+    return Verification("confirmed", "; ".join(parts), numbers, cuts_of(seen))

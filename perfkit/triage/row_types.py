@@ -1,15 +1,137 @@
-"""The triage table's row types (:class:`Detection`, :class:`Verification`, :class:`Row`) and the
-small helpers every row's detector and verification share. :mod:`perfkit.triage.rows` re-exports
-the types.
+"""The triage table's row types (:class:`Detection`, :class:`Verification`, :class:`Row`), the
+record of every threshold comparison (:class:`Cut`), and the small helpers every row's detector and
+verification share. :mod:`perfkit.triage.rows` re-exports the types.
+
+Every comparison of a measured number with a threshold of :mod:`perfkit.triage.thresholds` goes
+through :func:`at_least`, :func:`above`, :func:`at_most` or :func:`below`. Each returns a
+:class:`Test`: its truth and the :class:`Cut` behind it. :func:`any_of` and :func:`all_of` combine
+tests and keep only the cuts that *decided* the combination (an ``or`` that came out true: the true
+ones; came out false: all; an ``and`` that came out false: the false ones; true: all), so a
+:class:`Detection` or :class:`Verification` carries in ``cuts`` the comparisons its outcome hangs
+on, and how far each was from its cut-off (:attr:`Cut.margin`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One comparison of a measured value with a threshold."""
+
+    name: str  # the constant's name in perfkit/triage/thresholds.py, e.g. "TAIL_RATIO"
+    value: float  # what was measured
+    cutoff: float  # the threshold it was compared with
+    passed: bool  # the comparison's outcome
+
+    @property
+    def margin(self) -> float:
+        """|value − cutoff| / |cutoff|: how far (relative) the value was from flipping the outcome."""
+        if self.cutoff == 0:
+            return 0.0 if self.value == 0 else math.inf
+        return abs(self.value - self.cutoff) / abs(self.cutoff)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": _r(self.value, 4),
+            "cutoff": _r(self.cutoff, 4),
+            "passed": self.passed,
+            "margin": _r(self.margin, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Test:
+    """The outcome of one comparison or of a combination, with the cuts that decided it."""
+
+    ok: bool
+    cuts: tuple[Cut, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+#: a test on a number that is not there: false, decided by nothing that was measured
+ABSENT = Test(False)
+
+
+def _threshold(name: str, cutoff: float | None) -> float:
+    """The cut-off: ``cutoff`` when given (derived from the threshold ``name``), else the threshold.
+    ``name`` must be a numeric constant of :mod:`perfkit.triage.thresholds` either way."""
+    value = getattr(T, name, None)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise KeyError(f"perfkit.triage.thresholds has no numeric threshold {name!r}")
+    return float(value if cutoff is None else cutoff)
+
+
+def _compare(
+    name: str, value: float | None, cutoff: float | None, op: Callable[[float, float], bool]
+) -> Test:
+    c = _threshold(name, cutoff)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ABSENT
+    v = float(value)
+    ok = bool(op(v, c))
+    return Test(ok, (Cut(name, v, c, ok),))
+
+
+def at_least(value: float | None, name: str, cutoff: float | None = None) -> Test:
+    """``value >= thresholds.<name>`` (or ``>= cutoff``, a cut-off derived from that threshold, e.g.
+    a multiple of the baseline's value). A missing value is false and records no cut."""
+    return _compare(name, value, cutoff, lambda v, c: v >= c)
+
+
+def above(value: float | None, name: str, cutoff: float | None = None) -> Test:
+    """``value > thresholds.<name>``."""
+    return _compare(name, value, cutoff, lambda v, c: v > c)
+
+
+def at_most(value: float | None, name: str, cutoff: float | None = None) -> Test:
+    """``value <= thresholds.<name>``."""
+    return _compare(name, value, cutoff, lambda v, c: v <= c)
+
+
+def below(value: float | None, name: str, cutoff: float | None = None) -> Test:
+    """``value < thresholds.<name>``."""
+    return _compare(name, value, cutoff, lambda v, c: v < c)
+
+
+def _flat(tests: Iterable[Test]) -> list[Cut]:
+    return [c for t in tests for c in t.cuts]
+
+
+def any_of(*tests: Test) -> Test:
+    """``a or b or ...``: true if one is; decided by the true ones, or (false) by all of them."""
+    true = [t for t in tests if t.ok]
+    return Test(True, tuple(_flat(true))) if true else Test(False, tuple(_flat(tests)))
+
+
+def all_of(*tests: Test) -> Test:
+    """``a and b and ...``: false if one is; decided by the false ones, or (true) by all of them."""
+    false = [t for t in tests if not t.ok]
+    return Test(False, tuple(_flat(false))) if false else Test(True, tuple(_flat(tests)))
+
+
+def negate(test: Test) -> Test:
+    """``not a``: decided by the same cuts."""
+    return Test(not test.ok, test.cuts)
+
+
+def cuts_of(*tests: Test) -> list[Cut]:
+    """The cuts of several tests that together decided an outcome (duplicates dropped, order kept)."""
+    out: list[Cut] = []
+    for c in _flat(tests):
+        if c not in out:
+            out.append(c)
+    return out
 
 
 @dataclass
@@ -18,6 +140,7 @@ class Detection:
     strength: float  # 0-1
     evidence: dict[str, Any]
     missing: list[str] = field(default_factory=list)
+    cuts: list[Cut] = field(default_factory=list)  # the threshold comparisons that decided ``detected``
 
 
 @dataclass
@@ -25,6 +148,7 @@ class Verification:
     verdict: str  # confirmed | ruled_out | inconclusive
     why: str
     numbers: dict[str, Any]
+    cuts: list[Cut] = field(default_factory=list)  # the threshold comparisons that decided ``verdict``
 
 
 @dataclass(frozen=True)

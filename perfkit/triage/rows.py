@@ -6,7 +6,10 @@ verification that runs the row's quick check and returns ``confirmed`` / ``ruled
 evidence is missing is inconclusive and says what is missing; it never fires on absence.
 
 The rows' detectors and verifications live in :mod:`perfkit.triage.inference_rows` and
-:mod:`perfkit.triage.training_rows`, their types in :mod:`perfkit.triage.row_types`.
+:mod:`perfkit.triage.training_rows`, their types in :mod:`perfkit.triage.row_types`. Every
+threshold they compare with is in :mod:`perfkit.triage.thresholds`, and each Detection and
+Verification lists in ``cuts`` the comparisons its outcome hung on (:class:`Cut`: value, cut-off,
+relative margin).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from perfkit.triage.inference_rows import (
     verify_tail,
     verify_tpot,
 )
-from perfkit.triage.row_types import Detection as Detection  # re-exported: the triage table's row types
+from perfkit.triage.row_types import Cut as Cut  # re-exported: the triage table's row types
+from perfkit.triage.row_types import Detection as Detection
 from perfkit.triage.row_types import Row as Row
 from perfkit.triage.row_types import Verification as Verification
 from perfkit.triage.training_rows import (

@@ -1,6 +1,9 @@
 """The training rows of the triage table (DESIGN.md §5): GPU utilisation low with the host CPU or
 the network busy, and an oscillating loss, each as a detector and a verification.
 :mod:`perfkit.triage.rows` puts them in :data:`~perfkit.triage.rows.ROWS`.
+
+Every comparison with a threshold goes through :mod:`perfkit.triage.row_types` (``at_least`` and
+friends), so each Detection and Verification carries the cuts its outcome hung on.
 """
 
 from __future__ import annotations
@@ -9,143 +12,273 @@ from typing import Any
 
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
-from perfkit.triage.row_types import Detection, Verification, _clamp, _missing, _r
+from perfkit.triage.row_types import (
+    Detection,
+    Test,
+    Verification,
+    _r,
+    above,
+    all_of,
+    any_of,
+    at_least,
+    at_most,
+    below,
+    cuts_of,
+    negate,
+)
 
 # -- gpu_low_* (training) ------------------------------------------------------------------------
 
 
-def _gpu_low(ev: Evidence) -> tuple[bool | None, dict[str, Any]]:
-    """GPU doing less useful work: utilisation under 50 %, or tensor activity down 20 % vs baseline.
-
-    DCGM's GPU_UTIL counts a kernel as busy while NCCL spins waiting for peers, so a job stuck on
-    data or communication can read 95 % util; the tensor pipes tell the truth."""
+def _gpu_low(ev: Evidence) -> tuple[Test | None, dict[str, Any]]:
+    """GPU doing less useful work: utilisation under 50 %, or tensor activity down a tenth vs the
+    baseline (:data:`~perfkit.triage.thresholds.TENSOR_LOW_RATIO`: GPU_UTIL counts NCCL spinning as
+    busy). None when neither is measured."""
     util, tb, ti = ev.gpu.get("util_incident"), ev.gpu.get("tensor_baseline"), ev.gpu.get("tensor_incident")
     tensor_ratio = ti / tb if tb and ti is not None else None
     facts = {"gpu_util_avg_pct": _r(util, 1), "tensor_active_ratio": _r(tensor_ratio)}
     if util is None and tensor_ratio is None:
         return None, facts
-    low = (util is not None and util < T.GPU_LOW_UTIL_PCT) or (
-        tensor_ratio is not None and tensor_ratio <= 0.8
-    )
-    return low, facts
+    return any_of(below(util, "GPU_LOW_UTIL_PCT"), at_most(tensor_ratio, "TENSOR_LOW_RATIO")), facts
+
+
+def _shares(side: dict[str, float | None] | None) -> tuple[float | None, float | None]:
+    side = side or {}
+    return side.get("baseline"), side.get("incident")
+
+
+def _rise(i: float | None, b: float | None, floor: float = 0.0) -> float | None:
+    if i is None or b is None:
+        return None
+    b = max(b, floor)
+    return i / b if b > 0 else None
+
+
+def _data_wait(ev: Evidence) -> Test | None:
+    """The direct evidence: the slowest rank waits for its batch a real share of every step, and far
+    more than in the baseline. None when train_data_wait_seconds is not exported."""
+    t = ev.train
+    b, i = _shares(t.data_wait_share if t else None)
+    if i is None:
+        return None
+    share = at_least(i, "DATA_WAIT_SHARE")
+    if b is None:
+        return share
+    return all_of(share, at_least(_rise(i, b, T.DATA_WAIT_FLOOR), "DATA_WAIT_RISE"))
+
+
+def _unsteady(ev: Evidence) -> Test:
+    """The seed's §4.1 sign of a starved GPU: the step time or the utilisation jumps from one scrape
+    to the next, and more than the baseline's did."""
+    t = ev.train
+    if not t:
+        return Test(False)
+    jb, ji = _shares(t.step_jitter)
+    sb, si = _shares(t.util_swing_pct)
+    jitter = at_least(ji, "STEP_JITTER")
+    if jb is not None:
+        jitter = all_of(jitter, at_least(_rise(ji, jb, T.STEP_JITTER_FLOOR), "UNSTEADY_RISE"))
+    swing = at_least(si, "UTIL_SWING_PCT")
+    if sb is not None:
+        swing = all_of(swing, at_least(_rise(si, sb, T.UTIL_SWING_FLOOR_PCT), "UNSTEADY_RISE"))
+    return any_of(jitter, swing)
 
 
 def detect_gpu_cpu(ev: Evidence) -> Detection:
     low, facts = _gpu_low(ev)
+    t = ev.train
     busy, busiest, iowait = (
         ev.host.get("cpu_busy_incident"),
         ev.host.get("cpu_busy_max_incident"),
         ev.host.get("iowait_incident"),
     )
-    facts.update({"cpu_busy_frac": _r(busy), "busiest_cpu_frac": _r(busiest), "iowait_frac": _r(iowait)})
-    missing = _missing({"DCGM_FI_DEV_GPU_UTIL or tensor activity": low, "node_cpu_seconds_total": busy})
+    wb, wi = _shares(t.data_wait_share if t else None)
+    facts.update(
+        {
+            "data_wait_share_slowest_rank": {"baseline": _r(wb), "incident": _r(wi)},
+            "cpu_busy_frac": _r(busy),
+            "busiest_cpu_frac": _r(busiest),
+            "iowait_frac": _r(iowait),
+            "step_jitter": {k: _r(v) for k, v in (t.step_jitter if t else {}).items()},
+            "gpu_util_swing_pct": {k: _r(v, 2) for k, v in (t.util_swing_pct if t else {}).items()},
+        }
+    )
+    cpu_busy = any_of(
+        at_least(busy, "CPU_BUSY_FRAC"),
+        at_least(busiest, "BUSIEST_CPU_FRAC"),
+        at_least(iowait, "IOWAIT_FRAC"),
+    )
+    unsteady = _unsteady(ev)
+    support = [x for x in (cpu_busy, unsteady, low) if x is not None and x.ok]
+    wait = _data_wait(ev)
+    if wait is not None:
+        # Measured data wait is the direct evidence; CPU, iowait, jitter and GPU activity support it.
+        strength = T.DATA_PIPELINE_STRENGTH + T.SUPPORT_STRENGTH * len(support) if wait else 0.0
+        return Detection(wait.ok, min(1.0, strength), facts, cuts=cuts_of(wait))
+    # No data-wait timer: the seed's symptom itself, GPU low with the host busy or the GPU fed unsteadily.
+    missing = [] if low is not None else ["DCGM_FI_DEV_GPU_UTIL or tensor activity"]
+    if busy is None and not unsteady:
+        missing.append("node_cpu_seconds_total or train_data_wait_seconds")
     if missing:
         return Detection(False, 0.0, facts, missing)
-    assert busy is not None  # _missing() named it otherwise
-    cpu_busy = (
-        busy >= T.CPU_BUSY_FRAC or (busiest or 0) >= T.BUSIEST_CPU_FRAC or (iowait or 0) >= T.IOWAIT_FRAC
-    )
-    detected = bool(low) and cpu_busy
-    return Detection(detected, 0.7 if detected else 0.0, facts)
+    assert low is not None
+    decided = all_of(low, any_of(cpu_busy, unsteady))
+    return Detection(decided.ok, T.DATA_PIPELINE_STRENGTH if decided else 0.0, facts, cuts=cuts_of(decided))
 
 
 def verify_gpu_cpu(ev: Evidence) -> Verification:
     t = ev.train
-    share = (t.data_wait_share if t else {}) or {}
-    b, i = share.get("baseline"), share.get("incident")
+    b, i = _shares(t.data_wait_share if t else None)
+    iowait, busiest = ev.host.get("iowait_incident"), ev.host.get("cpu_busy_max_incident")
     numbers = {
         "data_wait_share_slowest_rank": {"baseline": _r(b), "incident": _r(i)},
         "dataloader_errors": ev.logs.get("dataloader_error", 0),
-        "iowait_frac": _r(ev.host.get("iowait_incident")),
+        "iowait_frac": _r(iowait),
+        "busiest_cpu_frac": _r(busiest),
+        "step_jitter": {k: _r(v) for k, v in (t.step_jitter if t else {}).items()},
     }
-    if i is None:
+    wait = _data_wait(ev)
+    if wait is None:
         return Verification(
             "inconclusive", "no train_data_wait_seconds: the data-wait share of the step is unknown", numbers
         )
-    if i >= T.DATA_WAIT_SHARE and (b is None or i >= 3 * max(b, 1e-3)):
+    if wait:
         why = f"the slowest rank waits for data {i:.0%} of each step (baseline {b or 0:.0%})"
+        # What starves the loader: the disk/network (iowait) or the workers' CPU.
+        if at_least(iowait, "IOWAIT_FRAC"):
+            why += f"; {iowait:.0%} of CPU time is iowait: the workers wait on storage"
+        elif at_least(busiest, "BUSIEST_CPU_FRAC"):
+            why += f"; the busiest CPU is {busiest:.0%} busy: the workers are CPU-bound"
+        if _unsteady(ev):
+            why += "; the step time jumps from scrape to scrape (an unsteady supply)"
         if numbers["dataloader_errors"]:
             why += f"; {numbers['dataloader_errors']} DataLoader errors in the logs"
-        return Verification("confirmed", why, numbers)
-    return Verification("ruled_out", f"data wait is {i:.0%} of the step on the slowest rank", numbers)
+        return Verification("confirmed", why, numbers, cuts_of(wait))
+    return Verification(
+        "ruled_out", f"data wait is {i:.0%} of the step on the slowest rank", numbers, cuts_of(wait)
+    )
+
+
+def _nccl_lines(ev: Evidence) -> int:
+    return ev.logs.get("nccl_warn", 0) + ev.logs.get("nccl_timeout", 0) + ev.logs.get("nccl_error", 0)
+
+
+def _comm_up(ev: Evidence) -> Test:
+    """Exposed communication a real share of the step, and more of it than in the baseline."""
+    t = ev.train
+    b, i = _shares(t.comm_share if t else None)
+    share = at_least(i, "COMM_SHARE")
+    return share if b is None else all_of(share, at_least(_rise(i, b), "COMM_RISE"))
 
 
 def detect_gpu_net(ev: Evidence) -> Detection:
     low, facts = _gpu_low(ev)
     t = ev.train
-    comm = (t.comm_share if t else {}) or {}
+    b, i = _shares(t.comm_share if t else None)
     nb, ni = ev.host.get("net_bytes_per_s_baseline"), ev.host.get("net_bytes_per_s_incident")
     ib_b, ib_i = ev.host.get("ib_bytes_per_s_baseline"), ev.host.get("ib_bytes_per_s_incident")
     net_ratio = ni / nb if nb and ni is not None else None
-    nccl = ev.logs.get("nccl_warn", 0) + ev.logs.get("nccl_timeout", 0) + ev.logs.get("nccl_error", 0)
+    nccl = _nccl_lines(ev)
     facts.update(
         {
             "network_ratio": _r(net_ratio),
             "ib_ratio": _r(ib_i / ib_b if ib_b and ib_i is not None else None),
-            "comm_share": _r(comm.get("incident")),
+            "comm_share": {"baseline": _r(b), "incident": _r(i)},
             "nccl_warn_lines": nccl,
         }
     )
+    warned = above(nccl, "NCCL_LINES")
+    if i is not None:
+        # The measured exposed-communication share is the direct evidence (GPU time lost to
+        # collectives); NCCL warnings are direct too. GPU activity and eth0/IB bytes support them:
+        # a node's network also carries checkpoints, logs and datasets.
+        direct = any_of(_comm_up(ev), warned)
+        return Detection(direct.ok, T.NETWORK_STRENGTH if direct else 0.0, facts, cuts=cuts_of(direct))
+    # No train_comm_seconds: the seed's symptom itself, GPU low with the network busy. Not on a
+    # serving engine (its request metrics present): there eth0 carries the clients' prompts and
+    # tokens, and its bytes follow the traffic, not collectives.
     if low is None:
         return Detection(False, 0.0, facts, ["DCGM_FI_DEV_GPU_UTIL or tensor activity"])
-    busy = (net_ratio or 0) >= T.NET_RATIO or (comm.get("incident") or 0) >= T.COMM_SHARE or nccl > 0
-    if not busy and net_ratio is None and not comm:
+    if net_ratio is None and not ev.logs:
         return Detection(False, 0.0, facts, ["network throughput, train_comm_seconds or NCCL logs"])
-    detected = bool(low) and busy
-    return Detection(detected, 0.7 if detected else 0.0, facts)
+    serving = ev.rate("incident", "requests_per_s") is not None
+    busy = Test(False) if serving else all_of(low, at_least(net_ratio, "NET_RATIO"))
+    decided = any_of(warned, busy)
+    return Detection(decided.ok, T.NETWORK_STRENGTH if decided else 0.0, facts, cuts=cuts_of(decided))
 
 
 def verify_gpu_net(ev: Evidence) -> Verification:
     t = ev.train
-    comm = (t.comm_share if t else {}) or {}
-    wait = (t.data_wait_share if t else {}) or {}
-    b, i = comm.get("baseline"), comm.get("incident")
-    nccl = ev.logs.get("nccl_warn", 0) + ev.logs.get("nccl_timeout", 0) + ev.logs.get("nccl_error", 0)
+    b, i = _shares(t.comm_share if t else None)
+    _, w = _shares(t.data_wait_share if t else None)
+    nccl = _nccl_lines(ev)
     numbers = {
         "comm_share": {"baseline": _r(b), "incident": _r(i)},
         "nccl_warn_or_timeout_lines": nccl,
-        "data_wait_share_slowest_rank": _r(wait.get("incident")),
+        "data_wait_share_slowest_rank": _r(w),
     }
-    if (
-        i is not None
-        and (wait.get("incident") or 0) >= 0.8 * i
-        and (wait.get("incident") or 0) >= T.DATA_WAIT_SHARE
-    ):
+    # The other ranks' time in the collective is them waiting for the slowest rank's batch.
+    waiting_for_data = all_of(at_least(_rise(w, i), "COMM_EXPLAINED_BY_WAIT"), at_least(w, "DATA_WAIT_SHARE"))
+    if waiting_for_data:
         return Verification(
             "ruled_out",
             f"the collective time ({i:.0%} of the step) is ranks waiting for the "
-            f"slowest rank's data ({wait['incident']:.0%} data wait): not the network",
+            f"slowest rank's data ({w:.0%} data wait): not the network",
             numbers,
+            cuts_of(waiting_for_data),
         )
-    if nccl:
+    warned = above(nccl, "NCCL_LINES")
+    if warned:
         return Verification(
             "confirmed",
             f"{nccl} NCCL warnings/timeouts in the window"
             + (f"; exposed communication {i:.0%} of the step" if i is not None else ""),
             numbers,
-        )
-    if i is not None and i >= T.COMM_SHARE and (b is None or i >= 1.5 * b):
-        return Verification(
-            "confirmed", f"exposed communication is {i:.0%} of the step (baseline {b or 0:.0%})", numbers
+            cuts_of(negate(waiting_for_data), warned),
         )
     if i is None:
         return Verification("inconclusive", "no NCCL lines and no train_comm_seconds to check", numbers)
-    return Verification("ruled_out", f"exposed communication is {i:.0%} of the step", numbers)
+    comm_up = _comm_up(ev)
+    if comm_up:
+        return Verification(
+            "confirmed",
+            f"exposed communication is {i:.0%} of the step (baseline {b or 0:.0%})",
+            numbers,
+            cuts_of(negate(waiting_for_data), negate(warned), comm_up),
+        )
+    return Verification(
+        "ruled_out",
+        f"exposed communication is {i:.0%} of the step (baseline {b or 0:.0%})",
+        numbers,
+        cuts_of(comm_up),
+    )
 
 
 # -- loss_oscillation → training_instability ------------------------------------------------------
+
+
+def _loss_tests(ev: Evidence) -> tuple[float | None, int, int, Test, Test]:
+    """(roughness ratio, spikes, baseline spikes, rougher test, recurring-spikes test)."""
+    t = ev.train
+    rb, ri = t.loss_roughness.get("baseline"), t.loss_roughness.get("incident")
+    spikes = t.loss_spikes.get("incident") or 0
+    base_spikes = t.loss_spikes.get("baseline") or 0
+    ratio = ri / rb if rb and ri is not None else None
+    rougher = at_least(ratio, "LOSS_ROUGHNESS_RATIO")
+    recurring = at_least(spikes - base_spikes, "LOSS_SPIKES")  # more episodes than the baseline had
+    return ratio, spikes, base_spikes, rougher, recurring
 
 
 def detect_loss(ev: Evidence) -> Detection:
     t = ev.train
     if not t or not t.present or not t.loss_roughness:
         return Detection(False, 0.0, {}, ["train_loss"])
-    rb, ri = t.loss_roughness.get("baseline"), t.loss_roughness.get("incident")
-    spikes = t.loss_spikes.get("incident") or 0
-    ratio = ri / rb if rb and ri is not None else None
+    ratio, spikes, _, rougher, _ = _loss_tests(ev)
     facts = {"loss_roughness_ratio": _r(ratio), "loss_spikes": spikes}
-    detected = (ratio or 0) >= T.LOSS_CV_RATIO or spikes >= 3
-    return Detection(detected, _clamp((ratio or 1) / 6 + spikes / 10) if detected else 0.0, facts)
+    # What the engineer (or a loss alert) sees: a rougher loss, or any spike.
+    seen = any_of(rougher, above(spikes, "LOSS_SPIKE_ALERT"))
+    strength = T.loss_strength(ratio, spikes) if seen else 0.0
+    return Detection(seen.ok, strength, facts, cuts=cuts_of(seen))
 
 
 def verify_loss(ev: Evidence) -> Verification:
@@ -154,23 +287,46 @@ def verify_loss(ev: Evidence) -> Verification:
     step_ratio = (
         step["incident"] / step["baseline"] if step.get("baseline") and step.get("incident") else None
     )
+    ratio, spikes, base_spikes, rougher, recurring = _loss_tests(ev)
     numbers = {
         "loss_roughness": {k: _r(v, 4) for k, v in t.loss_roughness.items()},
+        "loss_roughness_ratio": _r(ratio),
         "loss_spikes": t.loss_spikes,
         "step_time_ratio": _r(step_ratio),
         "data_wait_share": _r(wait.get("incident")),
         "comm_share": _r(comm.get("incident")),
     }
-    if step_ratio is not None and step_ratio >= 1.3:
+    slowed = at_least(step_ratio, "STEP_SLOWDOWN_RATIO")
+    if slowed:
         return Verification(
             "inconclusive",
             f"the loss moves while the step slowed {step_ratio:.2f}x: fix the "
             "pipeline first, then compare the loss on the same data",
             numbers,
+            cuts_of(slowed),
+        )
+    if ratio is None:
+        return Verification(
+            "inconclusive", "no baseline loss to compare with (too few points in a window)", numbers
+        )
+    unstable = any_of(rougher, recurring)
+    if unstable:
+        what = []
+        if rougher:
+            what.append(f"the loss scatters {ratio:.1f}x as much around its trend as in the baseline")
+        if recurring:
+            what.append(f"{spikes} spike episodes (baseline {base_spikes})")
+        return Verification(
+            "confirmed",
+            "; ".join(what) + " at the same throughput and pipeline health: the optimisation itself "
+            "(LR, warmup, data order) changed",
+            numbers,
+            cuts_of(negate(slowed), unstable),
         )
     return Verification(
-        "confirmed",
-        "the loss oscillates/spikes against the baseline at the same throughput "
-        "and pipeline health: the optimisation itself (LR, warmup, data order) changed",
+        "ruled_out",
+        f"the loss scatters as in the baseline ({ratio:.2f}x) and its {spikes} spike(s) are isolated: "
+        "the loss returns to its trend (a bad batch, not an instability)",
         numbers,
+        cuts_of(negate(slowed), unstable),
     )
