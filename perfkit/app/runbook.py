@@ -378,5 +378,6 @@ def findings(ctx: Context) -> Section:
         missing=list(ctx.missing),
         gpu_summary=gpu_res.summary() if gpu_res else None,
         cost_summary=cost_res.summary() if cost_res else None,
+        restarts=[r.as_dict() for r in getattr(ctx.results.get("completeness"), "restarts", [])],
     )
     return show.findings_section(model)

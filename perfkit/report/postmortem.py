@@ -64,6 +64,7 @@ def build(
     missing: list[str],
     gpu_summary: str | None = None,
     cost_summary: str | None = None,
+    restarts: list[dict[str, Any]] | None = None,
 ) -> PostmortemModel:
     top = triage.top if triage else None
     confirmed = triage.confirmed() if triage else []
@@ -189,6 +190,9 @@ def build(
                         "source": "change point",
                     }
                 )
+    for rs in restarts or []:  # from the completeness check: counter resets, series under a new instance
+        what = f"restart of the {rs.get('source')} ({rs.get('how')}, {rs.get('series')} series)"
+        timeline.append({"ts": str(rs.get("ts")), "event": what, "source": "completeness"})
     if breach_start:
         timeline.append(
             {"ts": breach_start, "event": f"TTFT p95 above SLO {slo.get('ttft_p95_s')} s", "source": "slo"}

@@ -136,6 +136,9 @@ def completeness_section(res: Any) -> Section:
     gaps = sum(len(r.gaps) for r in res.rows)
     if gaps:
         summary += f"; {gaps} gaps"
+    restarts = getattr(res, "restarts", [])
+    if restarts:
+        summary += "; restarts: " + ", ".join(f"{r.source} at {r.ts} ({r.how})" for r in restarts)
     f = Finding(
         "completeness",
         "Data completeness",
