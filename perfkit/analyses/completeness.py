@@ -1,10 +1,20 @@
-"""Is the monitoring data complete and aligned? Which signals exist, gaps, scrape phase, clock skew."""
+"""Is the monitoring data complete and aligned? Which signals exist, gaps, scrape phase, clock skew,
+and where an exporter's process restarted.
+
+Restarts. A restarted vLLM server or training job starts its counters again from zero; restarted by
+an orchestrator, it often comes back under a new ``instance`` and ``pod`` (the same series, new
+target labels). Both are found in the raw samples of the window and reported as :class:`Restart`
+events with their time, for the timeline: a counter that drops (``counter reset``), and a series
+that ends while one with the same labels but another ``instance``/``pod`` begins (``new
+instance``). Signs of one restart (every histogram of a server resets at the same scrape, every rank
+of a job) within :data:`RESTART_SPREAD_SCRAPES` scrape intervals are one event.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -13,6 +23,34 @@ from perfkit.core.frames import Window, iso, utc
 from perfkit.engine.signals import GAUGES, HISTOGRAMS, SOURCES, resolve
 
 GAP_FACTOR = 2.5  # a hole longer than 2.5 scrape intervals is a gap (one missed scrape is noise)
+RESTART_SPREAD_SCRAPES = 2.5
+"""Signs of a restart this close together (in scrape intervals) are one restart: one target's series
+are scraped together, the ranks of one job within an interval of each other, and a restarted server
+is back within a scrape or two."""
+RESTART_MAX_DOWN_S = 1800.0
+"""A series that replaces another after more than 30 min is a new deployment, not a restart."""
+TARGET_LABELS = ("instance", "pod")  # what a restart changes when an orchestrator reschedules
+#: per source: counters whose drop is a restart of that source's process (histograms: their _count)
+RESTART_COUNTERS: dict[str, tuple[str, ...]] = {
+    "vLLM exporter": (
+        "vllm:request_success_total",
+        "vllm:e2e_request_latency_seconds_count",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+    ),
+    "training exporter": ("train_tokens_total", "train_samples_total"),
+    "node exporter": ("node_cpu_seconds_total",),
+}
+#: per source: families whose series stand for the source's processes (a new instance shows here)
+RESTART_SERIES: dict[str, tuple[str, ...]] = {
+    "vLLM exporter": (
+        "vllm:num_requests_running",
+        "vllm:request_success_total",
+        "vllm:e2e_request_latency_seconds_count",
+    ),
+    "training exporter": ("train_step_duration_seconds", "train_tokens_total"),
+}
 
 
 @dataclass
@@ -29,6 +67,28 @@ class SignalCoverage:
 
 
 @dataclass
+class Restart:
+    """A process behind an exporter restarted: ``ts`` is the first sample of its new life."""
+
+    ts: str  # ISO time of the first sample after the restart
+    source: str  # "vLLM exporter", "training exporter", "node exporter"
+    how: str  # "counter reset", "new instance" or both
+    series: int  # series that show it
+    last_before: str | None = None  # ISO time of the last sample before it
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ts": self.ts,
+            "source": self.source,
+            "how": self.how,
+            "series": self.series,
+            "last_before": self.last_before,
+            "detail": self.detail,
+        }
+
+
+@dataclass
 class Completeness:
     window: Window
     rows: list[SignalCoverage]
@@ -36,6 +96,7 @@ class Completeness:
     clock_skew_s: float | None
     skew_note: str
     missing: list[str]
+    restarts: list[Restart] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -67,6 +128,7 @@ class Completeness:
             "clock_skew_s": self.clock_skew_s,
             "skew_note": self.skew_note,
             "gaps": {r.signal: r.gaps for r in self.rows if r.gaps},
+            "restarts": [r.as_dict() for r in self.restarts],
         }
 
 
@@ -193,4 +255,127 @@ def completeness(
             )
     if events is not None and not events.height:
         missing.append("events: no deploy or alert events (release history unknown)")
-    return Completeness(window, rows, sources, skew, note, missing)
+    return Completeness(window, rows, sources, skew, note, missing, restarts(engine, window))
+
+
+# -- restarts -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Sign:
+    ts: int  # ms, first sample of the new life
+    before: int | None  # ms, last sample of the old life
+    how: str
+    detail: str
+
+
+def _labels(frame: pl.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c not in ("ts", "value")]
+
+
+def _interval_ms(frame: pl.DataFrame) -> float | None:
+    """The scrape interval of a family: the median gap between samples of its series."""
+    labels = _labels(frame)
+    ts = frame.select([*labels, pl.col("ts").cast(pl.Int64)]).sort([*labels, "ts"])
+    gaps = ts.with_columns(gap=pl.col("ts").diff().over(labels) if labels else pl.col("ts").diff())["gap"]
+    gaps = gaps.filter(gaps > 0)
+    return float(cast(float, gaps.median())) if gaps.len() else None
+
+
+def _counter_resets(frame: pl.DataFrame, metric: str) -> list[_Sign]:
+    """Every drop of a counter series: the sample after it begins a new life."""
+    labels = _labels(frame)
+    f = frame.select([*labels, pl.col("ts").cast(pl.Int64), "value"]).sort([*labels, "ts"])
+    prev = [pl.col(c).shift(1).over(labels) if labels else pl.col(c).shift(1) for c in ("value", "ts")]
+    f = f.with_columns(prev[0].alias("prev"), prev[1].alias("prev_ts"))
+    drops = f.filter(pl.col("value") < pl.col("prev"))
+    return [
+        _Sign(int(r["ts"]), int(r["prev_ts"]), "counter reset", metric) for r in drops.iter_rows(named=True)
+    ]
+
+
+def _new_instances(frame: pl.DataFrame, interval_ms: float) -> list[_Sign]:
+    """A series that ends while one with the same labels but another instance/pod begins."""
+    labels = _labels(frame)
+    target = [c for c in labels if c in TARGET_LABELS]
+    if not target:
+        return []
+    ident = [c for c in labels if c not in TARGET_LABELS and c != "le"]
+    spans = (
+        frame.select([*labels, pl.col("ts").cast(pl.Int64)])
+        .group_by(labels)
+        .agg(pl.col("ts").min().alias("first"), pl.col("ts").max().alias("last"))
+    )
+    groups = spans.partition_by(ident, as_dict=True) if ident else {(): spans}
+    out: list[_Sign] = []
+    for group in groups.values():
+        if group.height < 2:
+            continue
+        rows = group.sort("first").to_dicts()
+        ended: set[int] = set()  # series already continued by another (each life continues once)
+        for j, new in enumerate(rows):
+            # the series that ended latest before this one began (replicas running beside it never qualify)
+            old = [
+                (row["last"], i)
+                for i, row in enumerate(rows)
+                if i != j
+                and i not in ended
+                and row["first"] < new["first"]
+                and -interval_ms <= new["first"] - row["last"] <= RESTART_MAX_DOWN_S * 1000
+            ]
+            if not old:
+                continue
+            i = max(old)[1]
+            prev = rows[i]
+            changed = ", ".join(f"{c} {prev[c]} -> {new[c]}" for c in target if prev[c] != new[c])
+            if changed:
+                ended.add(i)
+                out.append(_Sign(int(new["first"]), int(prev["last"]), "new instance", changed))
+    return out
+
+
+def restarts(engine: Any, window: Window) -> list[Restart]:
+    """The restarts of every source's processes in ``window`` (module docstring), in time order."""
+    found: list[Restart] = []
+    for source in RESTART_COUNTERS:
+        signs: list[_Sign] = []
+        interval: float | None = None
+        for metric in RESTART_COUNTERS[source]:
+            if engine.has(metric):
+                frame = engine.raw(metric, window.start, window.end)
+                if frame.height:
+                    interval = interval or _interval_ms(frame)
+                    signs += _counter_resets(frame, metric)
+        for metric in RESTART_SERIES.get(source, ()):
+            if engine.has(metric):
+                frame = engine.raw(metric, window.start, window.end)
+                if frame.height:
+                    interval = interval or _interval_ms(frame)
+                    signs += _new_instances(frame, interval or 15_000.0)
+        found += _cluster(source, signs, RESTART_SPREAD_SCRAPES * (interval or 15_000.0))
+    return sorted(found, key=lambda r: r.ts)
+
+
+def _cluster(source: str, signs: list[_Sign], spread_ms: float) -> list[Restart]:
+    """Signs within ``spread_ms`` of the first of a run are one restart."""
+    out: list[Restart] = []
+    run: list[_Sign] = []
+    for sign in [*sorted(signs, key=lambda s: s.ts), None]:
+        if run and (sign is None or sign.ts - run[0].ts > spread_ms):
+            hows = sorted({s.how for s in run})
+            details = sorted({s.detail for s in run})
+            before = [s.before for s in run if s.before is not None]
+            out.append(
+                Restart(
+                    iso(utc(run[0].ts / 1000)),
+                    source,
+                    " and ".join(hows),
+                    len(run),
+                    iso(utc(max(before) / 1000)) if before else None,
+                    "; ".join(details[:4]) + (f"; +{len(details) - 4} more" if len(details) > 4 else ""),
+                )
+            )
+            run = []
+        if sign is not None:
+            run.append(sign)
+    return out

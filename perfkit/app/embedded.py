@@ -22,10 +22,17 @@ from perfkit.core.resources import SCENARIOS
 from perfkit.errors import ConfigError
 
 ALIASES = {"demo": "p95-prefill-interference"}
+#: the variant bundles the library carries (perfkit.lab.sim.variants; the benchmark generates every
+#: scenario's variants on demand): name → (base scenario, variant). Training bundles, the small ones.
+VARIANT_BUNDLES = {
+    "dataloader-starvation-loose-window": ("dataloader-starvation", "loose-window"),
+    "nccl-socket-fallback-shared-fleet": ("nccl-socket-fallback", "shared-fleet"),
+    "train-oom-batch-size-restart": ("train-oom-batch-size", "restart"),
+}
 
 
-def specs() -> dict[str, tuple[Callable[[], Any], Callable[..., dict[str, float]]]]:
-    """Every embedded scenario: name → (spec factory, the simulator's bundle writer)."""
+def base_specs() -> dict[str, tuple[Callable[[], Any], Callable[..., dict[str, float]]]]:
+    """The scenarios as the simulators tell them: name → (spec factory, the simulator's bundle writer)."""
     from perfkit.lab.sim.bundle import generate as gen_inference
     from perfkit.lab.sim.scenarios import SCENARIOS
     from perfkit.lab.sim.training import generate as gen_training
@@ -35,6 +42,17 @@ def specs() -> dict[str, tuple[Callable[[], Any], Callable[..., dict[str, float]
         **{k: (v, gen_inference) for k, v in SCENARIOS.items()},
         **{k: (v, gen_training) for k, v in TRAINING_SCENARIOS.items()},
     }
+
+
+def specs() -> dict[str, tuple[Callable[[], Any], Callable[..., dict[str, float]]]]:
+    """Every embedded scenario: name → (spec factory, bundle writer); a variant bundle's factory is
+    its base scenario's and its writer the variant's."""
+    from perfkit.lab.sim.variants import variant_writer
+
+    every = base_specs()
+    for name, (base, variant) in VARIANT_BUNDLES.items():
+        every[name] = (every[base][0], variant_writer(variant))
+    return every
 
 
 def checkout_root() -> Path | None:

@@ -1,7 +1,14 @@
-"""Grade triage against the answer keys of the embedded scenarios (used by benchmarks and drills)."""
+"""Grade triage against the answer keys of the embedded scenarios (used by benchmarks and drills).
+
+An answer key may carry ``scope:`` (a shared-fleet bundle holds a second, healthy workload): the
+matchers that name the affected workload, which an engineer knows before triage starts. Grading
+passes it to triage; it says which workload, never which direction.
+"""
 
 from __future__ import annotations
 
+import inspect
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +26,9 @@ class Graded:
     got_version: str | None
     confirmed: list[str]
     seconds: float
+    variant: str | None = None  # loose-window, shared-fleet, restart (perfkit.lab.sim.variants)
+    scope: str | None = None  # the answer key's scope, passed to triage
+    cuts: list[dict[str, Any]] | None = None  # every threshold cut the rows report; None: rows report none
 
     @property
     def control(self) -> bool:
@@ -54,18 +64,25 @@ def read_answer(bundle: Path) -> dict[str, Any]:
 
 
 def grade_bundle(bundle: Path) -> Graded:
-    """Run triage on ``bundle`` (never reading its answer) and compare with answer.yaml."""
+    """Run triage on ``bundle`` (reading only the answer's ``scope:`` first) and compare with answer.yaml."""
     import time
 
     from perfkit.triage.table import triage_bundle
 
-    t = time.perf_counter()
-    result = triage_bundle(bundle)
-    seconds = time.perf_counter() - t
     answer = read_answer(bundle)
+    scope = answer.get("scope")
+    if scope is not None and not isinstance(scope, str):
+        raise BundleError(
+            "answer.yaml: 'scope' must be a string of label matchers", path=str(bundle / "answer.yaml")
+        )
+    kwargs = {"scope": scope} if scope and "scope" in inspect.signature(triage_bundle).parameters else {}
+    t = time.perf_counter()
+    result = triage_bundle(bundle, **kwargs)
+    seconds = time.perf_counter() - t
     confirmed = [r.row.direction for r in result.confirmed()]
     top = result.top
     got = top.row.direction if top and top.verification.verdict == "confirmed" else None
+    variant = answer.get("variant")
     return Graded(
         bundle.name,
         str(answer["direction"]),
@@ -74,7 +91,40 @@ def grade_bundle(bundle: Path) -> Graded:
         result.suspect_version if got == "release_regression" else None,
         confirmed,
         seconds,
+        str(variant) if variant else None,
+        scope if kwargs else None,
+        row_cuts(result),
     )
+
+
+def row_cuts(result: Any) -> list[dict[str, Any]] | None:
+    """Every threshold cut behind the row verdicts: the ``cuts`` of each row's detection and
+    verification (name, measured value, cut-off, passed, margin = relative distance from the
+    cut-off). None when the rows report no cuts at all."""
+    out: list[dict[str, Any]] = []
+    reported = False
+    for r in result.results:
+        for stage, part in (("detect", r.detection), ("verify", r.verification)):
+            cuts = getattr(part, "cuts", None)
+            if cuts is None:
+                continue
+            reported = True
+            for c in cuts:
+                margin = getattr(c, "margin", None)
+                if margin is None or not isinstance(margin, int | float) or math.isnan(margin):
+                    continue
+                out.append(
+                    {
+                        "row": r.row.direction,
+                        "stage": stage,
+                        "name": str(getattr(c, "name", "?")),
+                        "value": getattr(c, "value", None),
+                        "cutoff": getattr(c, "cutoff", None),
+                        "passed": bool(getattr(c, "passed", False)),
+                        "margin": abs(float(margin)),
+                    }
+                )
+    return out if reported else None
 
 
 def scenario_dirs(root: Path) -> list[Path]:

@@ -7,6 +7,21 @@ without data are omitted, as Prometheus omits them.
 Per-series window work (extrapolated ``rate``, ``*_over_time``) is vectorised with numpy
 ``searchsorted`` over each series' sorted timestamps; grouping, joins and aggregations run in
 polars.
+
+Staleness. A live Prometheus writes a staleness marker into a series at the first scrape that no
+longer has it (the target went away, or restarted under a new ``instance``/``pod``), and an
+instant selector stops returning the series there. A bundle (OpenMetrics text, a backfill, a
+capture) keeps only the samples, so a plain 5-minute lookback would hold a stopped series' last
+value for 5 minutes and sum it with the new series that replaced it. The local engine emulates the
+markers: a series is stale :data:`STALE_AFTER_SCRAPES` of its own scrape intervals (the median gap
+between its samples) after a sample with no successor, so ``sum(gauge)`` counts only the live
+series. Two intervals, not one: a bundle cannot tell a single lost scrape (or a late, jittered
+timestamp) from a target that went away, and one missed scrape must not blank a live series; the
+cost is that a stopped series is seen at most one interval longer than Prometheus would show it.
+A series with a single sample (no interval to estimate) keeps the 5-minute lookback.
+``LocalEngine(store, staleness=False)`` gives the plain lookback, what a Prometheus loaded by
+backfill (which writes no markers either) answers. Range functions (``rate``,
+``*_over_time``) never see staleness markers in Prometheus, so they are unchanged.
 """
 
 from __future__ import annotations
@@ -38,8 +53,9 @@ class LocalEngine:
 
     name = "bundle"
 
-    def __init__(self, store: MetricStore) -> None:
+    def __init__(self, store: MetricStore, *, staleness: bool = True) -> None:
         self.store = store
+        self.staleness = staleness  # emulate Prometheus' staleness markers (module docstring)
 
     def has(self, metric: str) -> bool:
         frame = self.store.get(metric)
@@ -104,11 +120,13 @@ class LocalEngine:
         if frame is None:
             return _empty([])
         lookback = int(LOOKBACK_S * 1000)
+        staleness = self.staleness
 
         def one(ts: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             idx = np.searchsorted(ts, steps, side="right") - 1
             ok = idx >= 0
-            ok[ok] &= ts[idx[ok]] >= steps[ok] - lookback  # [t - 5m, t], as Prometheus 2.x
+            horizon = stale_after_ms(ts, lookback) if staleness else lookback
+            ok[ok] &= ts[idx[ok]] >= steps[ok] - horizon  # [t - 5m, t] as Prometheus 2.x, or stale sooner
             out = np.full(steps.shape, np.nan)
             out[ok] = v[idx[ok]]
             return out, ok
@@ -134,6 +152,22 @@ class LocalEngine:
 
 
 # -- helpers (pure) ----------------------------------------------------------------------------
+
+STALE_AFTER_SCRAPES = 2.0
+"""A series with no sample for this many of its scrape intervals is stale (module docstring)."""
+
+
+def stale_after_ms(ts: np.ndarray, lookback_ms: int) -> int:
+    """How long (ms) a sample of the series with sorted times ``ts`` (ms) answers an instant
+    selector: :data:`STALE_AFTER_SCRAPES` x its median scrape interval, never beyond the lookback;
+    the lookback when the series has a single sample (no interval to estimate)."""
+    if ts.size < 2:
+        return lookback_ms
+    gaps = np.diff(ts)
+    gaps = gaps[gaps > 0]
+    if not gaps.size:
+        return lookback_ms
+    return int(min(lookback_ms, STALE_AFTER_SCRAPES * float(np.median(gaps))))
 
 
 def _scoped(frame: pl.DataFrame, matchers: tuple[Matcher, ...]) -> pl.DataFrame:

@@ -111,3 +111,64 @@ def test_samples_outside_the_window_do_not_count_and_events_are_checked():
     assert "ttft: vllm:time_to_first_token_seconds has no samples in the window" in result.missing
     assert result.missing[-1] == "events: no deploy or alert events (release history unknown)"
     assert "no vLLM stats log lines" in result.skew_note and result.clock_skew_s is None
+
+
+# -- restarts ----------------------------------------------------------------------------------------
+
+R1, R2 = 10, 25  # scrape numbers: an in-place restart (counters reset), then a new pod (new instance)
+
+
+def restart_store() -> LocalEngine:
+    """A vLLM server scraped every 15 s for 40 scrapes (k = 0..40). At scrape 10 its container restarts
+    in place (counters from zero, same labels); from scrape 27 it runs in a new pod (scrapes 25 and 26
+    find nothing). A second replica, another pod, runs the whole time and never restarts."""
+
+    def pod(k: int) -> str:
+        return 'instance="10.0.0.1:8000",pod="chat-1"' if k < R2 else 'instance="10.0.0.9:8000",pod="chat-2"'
+
+    other = 'instance="10.0.0.5:8000",pod="chat-7"'
+    lines = ["# TYPE vllm:request_success counter"]
+    for k in range(41):
+        t = T0 + 15 * k
+        if k in (R2, R2 + 1):
+            continue
+        life_start = 0 if k < R1 else R1 if k < R2 else R2 + 2
+        lines.append(f'vllm:request_success_total{{model_name="m",{pod(k)}}} {5 * (k - life_start) + 3} {t}')
+        lines.append(f'vllm:request_success_total{{model_name="m",{other}}} {500 + 4 * k} {t}')
+    lines.append("# TYPE vllm:num_requests_running gauge")
+    for k in range(41):
+        if k not in (R2, R2 + 1):
+            lines.append(f'vllm:num_requests_running{{model_name="m",{pod(k)}}} 4 {T0 + 15 * k}')
+        lines.append(f'vllm:num_requests_running{{model_name="m",{other}}} 6 {T0 + 15 * k}')
+    lines.append("# TYPE train_tokens counter")  # four ranks of a job relaunched at scrape 30
+    for rank in range(4):
+        for k in range(41):
+            lines.append(
+                f'train_tokens_total{{job="j",rank="{rank}"}} {1000 * (k if k < 30 else k - 30)} {T0 + 15 * k}'
+            )
+    return LocalEngine(parse_text("\n".join(lines) + "\n# EOF\n", require_eof=True))
+
+
+def test_restarts_are_events_with_their_time():
+    result = completeness(restart_store(), Window(at(T0), at(T0 + 600)))
+    got = [(r.ts, r.source, r.how, r.series, r.last_before) for r in result.restarts]
+    assert got == [
+        # the in-place restart: one counter series drops
+        (iso(at(T0 + 15 * R1)), "vLLM exporter", "counter reset", 1, iso(at(T0 + 15 * (R1 - 1)))),
+        # the new pod: the counter and the gauge continue under new labels after two lost scrapes
+        (iso(at(T0 + 15 * (R2 + 2))), "vLLM exporter", "new instance", 2, iso(at(T0 + 15 * (R2 - 1)))),
+        # the job: four ranks' counters reset at the same scrape, one restart
+        (iso(at(T0 + 15 * 30)), "training exporter", "counter reset", 4, iso(at(T0 + 15 * 29))),
+    ]
+    moved = result.restarts[1].detail
+    assert "instance 10.0.0.1:8000 -> 10.0.0.9:8000" in moved and "pod chat-1 -> chat-2" in moved
+    assert "chat-7" not in " ".join(r.detail for r in result.restarts)  # the steady replica is no restart
+    restarts = result.as_dict()["restarts"]
+    assert [r["ts"] for r in restarts] == [got[0][0], got[1][0], got[2][0]]
+    assert set(restarts[0]) == {"ts", "source", "how", "series", "last_before", "detail"}
+
+
+def test_no_restart_in_a_steady_store_and_none_outside_the_window():
+    assert completeness(store(), Window(at(T0), at(T0 + 600))).restarts == []
+    late = completeness(restart_store(), Window(at(T0 + 15 * 31), at(T0 + 600)))
+    assert late.restarts == []  # every restart happened before this window

@@ -160,10 +160,12 @@ def test_range_query_omits_steps_without_two_samples(counters):
 
 @pytest.fixture
 def gauges() -> LocalEngine:
-    return engine_for(
+    """Without the staleness emulation (tests/engine/test_staleness.py): the plain 5-minute lookback."""
+    engine = engine_for(
         "# TYPE g gauge",
         series("g", 'job="a"', [(0, 1.0), (60, 2.0)]),
     )
+    return LocalEngine(engine.store, staleness=False)
 
 
 def test_instant_selector_looks_back_five_minutes(gauges):

@@ -161,7 +161,10 @@ def servers(tmp_path_factory):
                 pass
             assert time.monotonic() < deadline, "Prometheus not ready after 60 s"
             time.sleep(0.05)
-        yield url, LocalEngine(parse_text(text, require_eof=True))
+        # promtool's backfill writes no staleness markers: this Prometheus answers instant selectors with
+        # the plain 5-minute lookback, which is what the local engine gives without its staleness
+        # emulation (tests/integration/test_staleness_live.py compares that emulation with live scrapes)
+        yield url, LocalEngine(parse_text(text, require_eof=True), staleness=False)
     finally:
         proc.terminate()  # by its PID, through the Popen handle
         try:
