@@ -59,7 +59,8 @@ def start(
     name: str, out: Path, *, root: Path = SCENARIOS, scope: dict[str, str] | None = None
 ) -> tuple[Path, Path]:
     """Copy the incident (without its answer) into ``out`` and write a runbook parameterized for it
-    (``scope``: the ``scope``/``hosts`` runbook parameters, when given).
+    (``scope``: the ``scope``/``hosts`` runbook parameters; by default the scope a fleet drill's
+    answer key names, the workload the page was about).
 
     Returns (bundle copy, runbook path)."""
     drill = find(name, root)
@@ -69,7 +70,13 @@ def start(
     shutil.copytree(drill.path, bundle, ignore=shutil.ignore_patterns("answer.yaml"))
     from perfkit.app.lab_open import write_parameterized
 
-    params = {"bundle": str(bundle.resolve()), **{k: v for k, v in (scope or {}).items() if v}}
+    given = {k: v for k, v in (scope or {}).items() if v}
+    if not given:  # a fleet drill: the workload in trouble is part of the page, not of the answer
+        from perfkit.app.grading import read_answer
+
+        answer_scope = read_answer(drill.path).get("scope")
+        given = {"scope": str(answer_scope)} if answer_scope else {}
+    params = {"bundle": str(bundle.resolve()), **given}
     runbook = write_parameterized(runbook_for(bundle), out, params)
     return bundle, runbook
 

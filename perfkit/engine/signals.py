@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 import polars as pl
@@ -116,6 +116,32 @@ def resolve(engine: Engine, signal: str) -> Resolved:
         if engine.has(name):
             return Resolved(signal, name, legacy=i > 0)
     return Resolved(signal, None)
+
+
+EDGE_S = 60.0
+"""A series with no sample in the window's first (or last) minute started (or stopped) inside it."""
+
+
+def _replaced(engine: Engine, sel: ops.Selector, window: Window) -> bool:
+    """Whether some series of ``sel`` started or stopped inside ``window`` (a restart under a new
+    ``instance``/``pod``, a replica added or removed): the series with samples in the window are not
+    the same as those with samples in its first minute, or in its last."""
+
+    def series(at: datetime, seconds: float) -> set[tuple[tuple[str, object], ...]]:
+        frame = engine.instant(ops.over_time("count", sel, seconds), at)
+        labels = [c for c in frame.columns if c not in ("ts", "value")]
+        return {tuple((c, row[c]) for c in labels) for row in frame.iter_rows(named=True)}
+
+    edge = min(EDGE_S, window.seconds / 4)
+    every = series(window.end, window.seconds)
+    return len(every) > 1 and (
+        series(window.start + timedelta(seconds=edge), edge) != every or series(window.end, edge) != every
+    )
+
+
+SUM_STEPS = 240
+"""Steps at which a gauge is summed over series when series came or went (:func:`gauge_stat`):
+about one per scrape for a window of up to an hour."""
 
 
 def choose_step(window: Window, *, points: int = 240, minimum_s: float = 15.0) -> float:
@@ -239,12 +265,31 @@ def gauge_stat(
     queries: list[str] | None = None,
     combine: str = "sum",
 ) -> float | None:
-    """``stat`` (avg/max/min) over time of a gauge signal, series combined with ``combine`` first."""
+    """``stat`` (avg/max/min) over time of a gauge signal, series combined with ``combine`` first.
+
+    A sum over series (requests running on every replica) is taken step by step when series came or
+    went inside the window: ``combine(g)`` at every step (a stopped series is stale, so a restarted
+    server counts once), then ``stat`` of those. Summing each
+    series' own average over the window instead would count a server twice when it restarted under
+    a new ``instance``/``pod`` mid-window (both series' averages added, each over its own half).
+    Averages, maxima and minima across series are not inflated that way, nor is a sum when every
+    series lived through the window: those stay one instant query (Prometheus' exact window).
+    """
     res = resolve(engine, signal)
     if res.metric is None:
         return None
-    inner = ops.aggregate(combine, ops.over_time(stat, ops.Selector(res.metric), window.seconds))
-    return _instant(engine, inner, window, queries)
+    sel = ops.Selector(res.metric)
+    if combine not in ("sum", "count") or not _replaced(engine, sel, window):
+        inner = ops.aggregate(combine, ops.over_time(stat, sel, window.seconds))
+        return _instant(engine, inner, window, queries)
+    step = choose_step(window, points=SUM_STEPS)
+    expr = ops.aggregate(combine, sel)  # at each step: the series alive then (staleness drops the old one)
+    frame = _range(engine, expr, window, step, queries)
+    values = [float(v) for v in frame["value"].to_list() if v is not None and math.isfinite(v)]
+    if not values:
+        return None
+    summary: dict[str, float] = {"avg": sum(values) / len(values), "max": max(values), "min": min(values)}
+    return summary[stat]
 
 
 def quantile_series(

@@ -149,3 +149,27 @@ def test_scoped_selectors_in_promql_and_the_local_engine():
         ops.Selector("vllm:num_requests_running").narrowed(Matcher("model_name", "!=", "qwen-7b")), T0
     )
     assert sorted(out["instance"]) == ["gpu-01:8000", "gpu-02:8000"]
+
+
+def test_a_gauge_summed_over_a_restart_counts_the_server_once():
+    """A server restarted mid-window under a new instance: 10 requests running before and after.
+    Summing each series' own average would read 20 (issue 9: restarts and churn)."""
+    from datetime import timedelta
+
+    from perfkit.core.frames import Window
+    from perfkit.engine import signals as S
+
+    rows = []
+    for i in range(80):  # 20 minutes of 15 s scrapes; the instance changes after 10 minutes
+        instance = "10.0.0.1:8000" if i < 40 else "10.0.0.2:8000"
+        rows.append({"instance": instance, "ts": T0 + timedelta(seconds=15 * i), "value": 10.0})
+    running = pl.DataFrame(rows, schema={"instance": pl.Utf8, "ts": TS_DTYPE, "value": pl.Float64})
+    engine = LocalEngine(MetricStore({"vllm:num_requests_running": running}))
+    window = Window(T0 + timedelta(minutes=1), T0 + timedelta(minutes=19))
+    # within 5 %: the bundle engine holds a stopped series for two scrapes (engine/local.py staleness)
+    assert S.gauge_stat(engine, "running", window, "avg") == pytest.approx(10.0, rel=0.05)
+    # two replicas alive through the window are still summed: 20
+    both = pl.concat([running.with_columns(pl.lit(f"r{k}").alias("pod")) for k in (1, 2)])
+    both = both.with_columns(pl.lit("10.0.0.9:8000").alias("instance"))
+    engine = LocalEngine(MetricStore({"vllm:num_requests_running": both}))
+    assert S.gauge_stat(engine, "running", window, "avg") == pytest.approx(20.0, rel=0.02)
