@@ -8,6 +8,7 @@ workload. Engine-agnostic: a bundle's local engine and a live Prometheus answer 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,14 @@ class Workload:
             "traffic_unit": self.traffic_unit,
             "scope": self.scope,
         }
+
+
+def describe(workload: Mapping[str, Any]) -> str:
+    """A workload (its ``as_dict()``) in words: ``serving, 21 series, 3.25 req/s, hosts gpu-01``."""
+    traffic = workload.get("traffic")
+    rate = f"{traffic:.3g} {workload.get('traffic_unit', '')}" if traffic is not None else "no traffic"
+    hosts = ", ".join(workload.get("hosts") or []) or "?"
+    return f"{workload.get('kind')}, {workload.get('series')} series, {rate}, hosts {hosts}"
 
 
 def _families(kind: str) -> list[str]:

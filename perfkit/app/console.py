@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from perfkit.analyses.workloads import describe
 from perfkit.triage.table import TriageResult
 
 VERDICT_STYLE = {"confirmed": "bold red", "ruled_out": "dim", "inconclusive": "yellow"}
@@ -60,16 +61,7 @@ def triage_table(result: TriageResult, console: Console | None = None) -> None:
             "Judge the affected one with --scope:"
         )
         for w in result.workloads:
-            traffic = (
-                f"{w['traffic']:.3g} {w['traffic_unit']}" if w.get("traffic") is not None else "no traffic"
-            )
-            console.print(
-                escape(
-                    f"  --scope '{w['scope']}'   {w['kind']}, {w['series']} series, {traffic}, "
-                    f"hosts {', '.join(w['hosts']) or '?'}"
-                ),
-                soft_wrap=True,
-            )
+            console.print(escape(f"  --scope '{w['scope']}'   {describe(w)}"), soft_wrap=True)
     if result.suspect_version:
         console.print(f"suspect version: [bold]{escape(result.suspect_version)}[/]")
     if result.missing:

@@ -17,7 +17,7 @@ documented where they are built: :data:`EVENTS_SCHEMA`, :data:`LOG_SCHEMA`, :dat
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeAlias
@@ -173,6 +173,21 @@ class MetricStore:
         if lo is None or hi is None:
             return None
         return utc(lo / 1000), utc(hi / 1000)
+
+
+def select_series(
+    frame: pl.DataFrame, keep: Callable[[dict[str, object]], bool]
+) -> tuple[pl.DataFrame, int, int]:
+    """The samples of the series of ``frame`` whose labels ``keep`` accepts (judged once per distinct
+    label set, then a semi-join), with the numbers of series kept and seen."""
+    labels = [c for c in frame.columns if c not in ("ts", "value")]
+    if not labels:
+        return (frame, 1, 1) if keep({}) else (frame.clear(), 0, 1)
+    series = frame.select(labels).unique()
+    chosen = series.filter(pl.Series([keep(row) for row in series.iter_rows(named=True)], dtype=pl.Boolean))
+    if chosen.height == series.height:
+        return frame, chosen.height, series.height
+    return frame.join(chosen, on=labels, how="semi", nulls_equal=True), chosen.height, series.height
 
 
 def sort_series(frame: pl.DataFrame) -> pl.DataFrame:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from perfkit.core.frames import TS_DTYPE, MetricStore, to_ms
+from perfkit.core.frames import TS_DTYPE, MetricStore, select_series, to_ms
 from perfkit.core.scope import Matcher
 from perfkit.engine.ops import (
     LOOKBACK_S,
@@ -171,15 +171,8 @@ def stale_after_ms(ts: np.ndarray, lookback_ms: int) -> int:
 
 
 def _scoped(frame: pl.DataFrame, matchers: tuple[Matcher, ...]) -> pl.DataFrame:
-    """The series of ``frame`` every scope matcher accepts (judged once per distinct label set)."""
-    labels = [c for c in frame.columns if c not in ("ts", "value")]
-    series = frame.select(labels).unique() if labels else pl.DataFrame({"_": [0]})
-    keep = [all(m.matches(row) for m in matchers) for row in series.iter_rows(named=True)]
-    if all(keep):
-        return frame
-    if not labels:
-        return frame.clear()
-    return frame.join(series.filter(pl.Series(keep)), on=labels, how="semi", nulls_equal=True)
+    """The series of ``frame`` every scope matcher accepts."""
+    return select_series(frame, lambda labels: all(m.matches(labels) for m in matchers))[0]
 
 
 def _empty(labels: list[str]) -> pl.DataFrame:

@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 import re2
 
-from perfkit.core.frames import MetricStore, Window
+from perfkit.core.frames import MetricStore, Window, select_series
 from perfkit.core.scope import HOST_LABELS, Matcher, Scope, ScopeReport, family_rule, host_keys
 from perfkit.engine import ops
 from perfkit.errors import ConfigError
@@ -44,20 +44,20 @@ def scope_store(store: MetricStore, scope: Scope) -> tuple[MetricStore, ScopeRep
     frames: dict[str, pl.DataFrame] = {}
     hosts: set[str] = set()
     kept_m = seen_m = 0
+
+    def matched(labels: dict[str, object]) -> bool:
+        if scope.matches(labels):
+            hosts.update(host_keys(labels))
+            return True
+        return False
+
     for name, rule in rules.items():
         if rule != "match":
             continue
-        frame = store.frames[name]
-        labels = _labels(frame)
-        series = frame.select(labels).unique()
-        keep = [scope.matches(row) for row in series.iter_rows(named=True)]
-        chosen = series.filter(pl.Series(keep, dtype=pl.Boolean))
-        seen_m += series.height
-        kept_m += chosen.height
-        for row in chosen.iter_rows(named=True):
-            hosts |= host_keys(row)
-        if chosen.height:
-            frames[name] = frame.join(chosen, on=labels, how="semi", nulls_equal=True)
+        frame, kept, seen = select_series(store.frames[name], matched)
+        kept_m, seen_m = kept_m + kept, seen_m + seen
+        if kept:
+            frames[name] = frame
         else:
             report.families_dropped.append(name)
     if scope.matchers and not kept_m:
@@ -81,29 +81,24 @@ def scope_store(store: MetricStore, scope: Scope) -> tuple[MetricStore, ScopeRep
             {**{n: store.frames[n] for n, r in rules.items() if r == "host"}, **frames}, dict(store.types)
         ), report
     kept_j = seen_j = 0
+
+    def on_hosts(labels: dict[str, object]) -> bool:
+        keys = host_keys(labels)
+        if not keys:  # no host label: cannot be joined, kept and counted
+            report.unjoined += 1
+        return not keys or bool(keys & wanted)
+
     for name, rule in rules.items():
         if rule != "host":
             continue
-        frame = store.frames[name]
-        labels = _labels(frame)
-        if not labels:
+        if not _labels(store.frames[name]):
             report.unjoined += 1
-            frames[name] = frame
+            frames[name] = store.frames[name]
             continue
-        series = frame.select(labels).unique()
-        keep = []
-        for row in series.iter_rows(named=True):
-            keys = host_keys(row)
-            if not keys:
-                report.unjoined += 1
-            keep.append(not keys or bool(keys & wanted))
-        chosen = series.filter(pl.Series(keep, dtype=pl.Boolean))
-        seen_j += series.height
-        kept_j += chosen.height
-        if chosen.height == series.height:
+        frame, kept, seen = select_series(store.frames[name], on_hosts)
+        kept_j, seen_j = kept_j + kept, seen_j + seen
+        if kept:
             frames[name] = frame
-        elif chosen.height:
-            frames[name] = frame.join(chosen, on=labels, how="semi", nulls_equal=True)
         else:
             report.families_dropped.append(name)
     report.hosts = sorted(wanted)

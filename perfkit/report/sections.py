@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from perfkit.analyses.workloads import describe
 from perfkit.core.findings import Finding, record, table_from_frame
 from perfkit.core.frames import iso
 from perfkit.core.incident import Incident
@@ -99,13 +100,7 @@ def scope_section(
         )
         summary += f" — scope {chosen['matchers'] or 'hosts ' + ', '.join(chosen['hosts'] or [])}"
     for w in workloads:
-        traffic = f"{w['traffic']:.3g} {w['traffic_unit']}" if w.get("traffic") is not None else "no traffic"
-        rows.append(
-            [
-                f"workload ({w['kind']})",
-                f"scope = '{w['scope']}': {w['series']} series, {traffic}, hosts {', '.join(w['hosts']) or '?'}",
-            ]
-        )
+        rows.append([f"workload ({w['kind']})", f"scope = '{w['scope']}': {describe(w)}"])
     if len(workloads) > 1:
         status = "warn"
         summary += (
