@@ -6,7 +6,11 @@ Identities (vLLM ``stats.py``; reference/training-metrics.md §2.1), on means ov
     e2e   ≈ frontend + queue + inference,   inference = prefill + decode
     frontend/other ≈ mean(e2e) − mean(queue) − mean(inference)
 
-Means are ``increase(_sum)/increase(_count)``. The tail owner is the stage whose p95 grew the most
+Means are ``increase(_sum)/increase(_count)``. A stage's *share* of TTFT is read in the typical
+minute: the median, over the minutes of the window, of that minute's mean stage time over its mean
+TTFT. A mean over the whole window is owned by its worst minutes: the backlog a restarted server
+drains (every request that arrived while it was down waits in its queue), or one burst, can put
+80 % of the window's TTFT in the queue while the typical request waited for nothing. The tail owner is the stage whose p95 grew the most
 the most *relative* to the baseline, among changes big enough to feel (a stage that is slow in both
 windows is not what changed). Decode is compared per token (TPOT, else ITL), since a request's
 whole decode time mostly measures how many tokens it asked for.
@@ -31,6 +35,7 @@ class StageBreakdown:
     p95: dict[str, dict[str, float | None]]  # side → stage → p95 s
     tail_owner: str | None
     ttft_owner: str | None  # queue or prefill: which part of TTFT grew most
+    shares: dict[str, float | None] = field(default_factory=dict)  # stage → share of TTFT, typical minute
     queries: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
@@ -79,6 +84,7 @@ class StageBreakdown:
             "p95": self.p95,
             "tail_owner": self.tail_owner,
             "ttft_owner": self.ttft_owner,
+            "shares_of_ttft": self.shares,
             "summary": self.summary(),
         }
 
@@ -95,6 +101,37 @@ def _side(engine, window: Window, queries: list[str]) -> tuple[dict, dict]:
         means["frontend"] = None
     p95 = {s: S.window_quantiles(engine, s, (0.95,), window, queries)[0.95] for s in (*STAGES, "ttft", "e2e")}
     return means, p95
+
+
+SHARE_STEP_S = 60.0
+"""Shares are read per minute: four scrapes per rate, and enough minutes for a median."""
+SHARE_MIN_MINUTES = 5
+"""Fewer minutes with traffic than this, and the share falls back to the window's means."""
+
+
+def typical_shares(engine, window: Window, means: dict[str, float | None], queries: list[str]) -> dict:
+    """Queue's and prefill's share of TTFT in the typical minute (module docstring); the window's
+    means when there are too few minutes with traffic to take a median of."""
+    step = max(SHARE_STEP_S, S.choose_step(window, points=120))
+    ttft = S.mean_series(engine, "ttft", window, step, queries)
+    shares: dict[str, float | None] = {}
+    for stage in ("queue", "prefill"):
+        whole = means.get(stage), means.get("ttft")
+        fallback = whole[0] / whole[1] if whole[0] is not None and whole[1] else None
+        part = S.mean_series(engine, stage, window, step, queries)
+        if not ttft.height or not part.height:
+            shares[stage] = fallback
+            continue
+        joined = (
+            part.select("ts", pl.col("value").alias("part"))
+            .join(ttft.select("ts", pl.col("value").alias("ttft")), on="ts")
+            .filter(pl.col("ttft").is_finite() & (pl.col("ttft") > 0) & pl.col("part").is_finite())
+        )
+        if joined.height < SHARE_MIN_MINUTES:
+            shares[stage] = fallback
+            continue
+        shares[stage] = float((joined["part"] / joined["ttft"]).clip(0.0, 1.0).median())  # type: ignore[arg-type]
+    return shares
 
 
 MIN_FELT_S = {"queue": 0.1, "prefill": 0.1, "decode": 0.005}  # a smaller p95 change is not what users felt
@@ -151,4 +188,5 @@ def breakdown(engine, window: Window, baseline: Window | None) -> StageBreakdown
         dq = means["incident"]["queue"] - means["baseline"]["queue"]
         dp = means["incident"]["prefill"] - means["baseline"]["prefill"]
         ttft_owner = "queue" if dq >= dp else "prefill"
-    return StageBreakdown(means, p95, tail_owner, ttft_owner, queries, missing)
+    shares = typical_shares(engine, window, mi, queries)
+    return StageBreakdown(means, p95, tail_owner, ttft_owner, shares, queries, missing)

@@ -74,6 +74,10 @@ class Evidence:
     def mean(self, side: str, stage: str) -> float | None:
         return self.stages.means.get(side, {}).get(stage)
 
+    def share(self, stage: str) -> float | None:
+        """``stage``'s share of TTFT in the incident's typical minute (:mod:`perfkit.analyses.stages`)."""
+        return self.stages.shares.get(stage)
+
     def per_token(self) -> str:
         """TPOT if the server exports it, else ITL (older vLLM)."""
         return "tpot" if self.q("incident", "tpot", 0.5) is not None else "itl"

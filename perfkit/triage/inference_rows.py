@@ -196,19 +196,14 @@ def detect_prefill(ev: Evidence) -> Detection:
 
 
 def verify_prefill(ev: Evidence) -> Verification:
-    prefill, ttft, queue = (
-        ev.mean("incident", "prefill"),
-        ev.mean("incident", "ttft"),
-        ev.mean("incident", "queue"),
-    )
+    share, queue_share = ev.share("prefill"), ev.share("queue")
     kv = ev.rate("incident", "kv_cache_usage_max")
     pre = ev.rate("incident", "preemptions_per_s")
     hit_b, hit_i = ev.rate("baseline", "prefix_cache_hit_frac"), ev.rate("incident", "prefix_cache_hit_frac")
     hit_drop = hit_b - hit_i if hit_b is not None and hit_i is not None else None
-    share = prefill / ttft if prefill is not None and ttft else None
     numbers = {
         "prefill_share_of_ttft": _r(share),
-        "queue_share_of_ttft": _r(queue / ttft if queue is not None and ttft else None),
+        "queue_share_of_ttft": _r(queue_share),
         "kv_cache_usage_max": _r(kv),
         "preemptions_per_s": _r(pre, 4),
         "prefix_cache_hit_frac": {"baseline": _r(hit_b), "incident": _r(hit_i)},
@@ -219,7 +214,7 @@ def verify_prefill(ev: Evidence) -> Verification:
     if elsewhere:
         return Verification(
             "ruled_out",
-            f"prefill is only {share:.0%} of mean TTFT: the first token waits elsewhere (queue)",
+            f"prefill is only {share:.0%} of TTFT in the typical minute: the first token waits elsewhere (queue)",
             numbers,
             cuts_of(elsewhere),
         )
@@ -346,11 +341,10 @@ def detect_load(ev: Evidence) -> Detection:
 
 
 def verify_load(ev: Evidence) -> Verification:
-    queue, ttft = ev.mean("incident", "queue"), ev.mean("incident", "ttft")
+    share = ev.share("queue")
     waiting = ev.rate("incident", "waiting_avg")
     wmax = ev.rate("incident", "waiting_max")
     kv = ev.rate("incident", "kv_cache_usage_max")
-    share = queue / ttft if queue is not None and ttft else None
     numbers = {
         "queue_share_of_ttft": _r(share),
         "waiting_avg": _r(waiting),

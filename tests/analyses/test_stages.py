@@ -133,3 +133,43 @@ def test_missing_stage_histograms_are_listed():
     assert result.missing == ["stages: no decode histogram (vllm:request_decode_time_seconds)"]
     assert result.means["incident"]["decode"] is None
     assert result.tail_owner == "queue"  # decode is judged per token (TPOT), which is present
+
+
+def _backlog_store():
+    """10 minutes of 4 requests per 15 s scrape: 10 ms queue and 100 ms prefill each, except two
+    minutes where a restarted server drains its backlog (every request waited 20 s)."""
+    from datetime import UTC, datetime
+
+    from perfkit.core.frames import Window
+    from perfkit.engine.local import LocalEngine
+    from perfkit.sources.openmetrics import parse_text
+
+    b = 1_795_996_800
+    per = {  # name -> (sum per ordinary interval, sum per backlog interval)
+        "vllm:request_queue_time_seconds": (0.04, 80.0),
+        "vllm:request_prefill_time_seconds": (0.4, 0.4),
+        "vllm:time_to_first_token_seconds": (0.44, 80.4),
+    }
+    lines = []
+    for name, (calm, backlog) in per.items():
+        lines.append(f"# TYPE {name} histogram")
+        total = count = 0.0
+        for k in range(41):
+            if k:
+                total += backlog if 12 <= k < 20 else calm
+                count += 4
+            for le in ("0.5", "+Inf"):
+                lines.append(f'{name}_bucket{{le="{le}"}} {count!r} {b + 15 * k}')
+            lines.append(f"{name}_count {count!r} {b + 15 * k}")
+            lines.append(f"{name}_sum {total!r} {b + 15 * k}")
+    engine = LocalEngine(parse_text("\n".join(lines) + "\n# EOF\n", require_eof=True))
+    return engine, Window(datetime.fromtimestamp(b, UTC), datetime.fromtimestamp(b + 600, UTC))
+
+
+def test_shares_of_ttft_are_the_typical_minutes_not_a_backlogs():
+    engine, window = _backlog_store()
+    res = breakdown(engine, window, None)
+    mean_share = res.means["incident"]["queue"] / res.means["incident"]["ttft"]
+    assert mean_share > 0.9  # the two backlog minutes own the window's mean
+    assert res.shares["queue"] == pytest.approx(0.04 / 0.44, abs=0.01)
+    assert res.shares["prefill"] == pytest.approx(0.4 / 0.44, abs=0.01)
