@@ -17,10 +17,11 @@ ALLOWED = {
     "engine": {"core"},
     "sources": {"core", "engine"},
     "lab": {"core", "engine", "sources"},
+    "loadgen": {"core", "engine", "sources"},
     "analyses": {"core", "engine"},
     "triage": {"core", "engine", "sources", "analyses"},
     "report": {"core", "engine", "analyses", "triage"},
-    "app": {"core", "engine", "sources", "lab", "analyses", "triage", "report"},
+    "app": {"core", "engine", "sources", "lab", "loadgen", "analyses", "triage", "report"},
 }
 TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "py.typed"}
 MAX_LINES = 600

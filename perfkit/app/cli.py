@@ -1,4 +1,5 @@
-"""The ``perfkit`` command line: run, postmortem, batch, open, triage, generate."""
+"""The ``perfkit`` command line: run, postmortem, batch, open, triage, generate, lab, drill; bench,
+baseline and gate (their modules: ``loadgen_cli``, ``gate_cli``)."""
 
 from __future__ import annotations
 
@@ -513,6 +514,21 @@ def drill_check(name: str, direction: str, version: str | None) -> None:
     click.echo(f"perfkit's triage: rank 1 {f['direction']} ({f['verdict']}): {f['why']}")
     click.echo(f"  quick check: {f['check']}")
     sys.exit(0 if grade.correct else 1)
+
+
+def _attach() -> None:
+    """Commands that live in their own modules: load tests, baselines and the gate, the lab server."""
+    from perfkit.app.gate_cli import baseline, gate
+    from perfkit.app.loadgen_cli import bench
+    from perfkit.app.serve_cli import serve
+
+    cli.add_command(bench)
+    cli.add_command(baseline)
+    cli.add_command(gate)
+    lab.add_command(serve)
+
+
+_attach()
 
 
 def main() -> None:

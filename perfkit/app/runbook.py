@@ -258,11 +258,12 @@ def changes(ctx: Context) -> Section:
 @section("baseline", "Baseline vs now")
 def baseline(ctx: Context) -> Section:
     from perfkit.analyses.baseline import compare
+    from perfkit.app.baseline_runbook import with_attainment_and_bench
 
     inc = ctx.incident
     assert inc is not None
     res = ctx.need("baseline", lambda: compare(ctx.engine, inc.window, inc.baseline, inc.slo))
-    return show.baseline_section(res)
+    return with_attainment_and_bench(ctx, show.baseline_section(res))  # SLO attainment, `bench_result`
 
 
 @section("stages", "Per-stage latency")

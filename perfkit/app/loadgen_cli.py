@@ -1,0 +1,438 @@
+"""``perfkit bench``: a load test against an OpenAI-compatible streaming server.
+
+The work is :func:`perfkit.loadgen.bench.run_bench`; this module turns options into a plan, runs the
+calibration against ``perfkit lab serve`` (the lab's reference server), draws the progress line
+and prints the result for people.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from perfkit.errors import ConfigError
+
+DEFAULT_REQUESTS = 200
+SLO_KEYS = ("ttft", "tpot", "e2el")  # judged per request (ITL is per token: no request SLO)
+
+
+def _slo(pairs: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().lower().removesuffix("_ms")
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = float("nan")
+        if not sep or key not in SLO_KEYS or not (0 < ms < 3.6e6):
+            raise ConfigError(
+                f"--slo {pair[:60]!r}: expected one of {', '.join(SLO_KEYS)} = milliseconds, e.g. ttft=500"
+            )
+        out[key] = ms
+    return out
+
+
+def _labels(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or len(key) > 64 or len(value) > 200:
+            raise ConfigError(
+                f"--label {pair[:60]!r}: expected KEY=VALUE (key up to 64, value up to 200 characters)"
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+def build_plan(
+    *,
+    concurrency: int | None,
+    rate: float | None,
+    burst: bool,
+    arrival: str,
+    burstiness: float,
+    num_requests: int | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    replay: str | None,
+    time_scale: float,
+    duration: float | None,
+    seed: int,
+):
+    """The plan the options describe (:mod:`perfkit.loadgen.shapes`)."""
+    from perfkit.loadgen import shapes
+
+    n = num_requests or DEFAULT_REQUESTS  # a replay without a count: the whole trace
+    if replay:
+        path = Path(replay)
+        if path.is_dir():
+            plan = shapes.replay_bundle(path, time_scale=time_scale, seed=seed, max_requests=num_requests)
+        else:
+            plan = shapes.replay_log(path, time_scale=time_scale, max_requests=num_requests)
+    elif burst:
+        plan = shapes.burst_plan(n, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+    elif rate is not None:
+        plan = shapes.rate_plan(
+            n,
+            rate,
+            seed,
+            arrival=arrival,
+            burstiness=burstiness,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+        )
+    elif concurrency is not None:
+        plan = shapes.concurrency_plan(n, prompt_tokens, output_tokens, concurrency)
+    else:
+        raise ConfigError("give the load: --concurrency N, --rate R, --burst, or --replay FILE|BUNDLE")
+    if duration:
+        plan = shapes.with_duration(plan, duration)
+    return plan
+
+
+class ProgressLine:
+    """One line on stderr, redrawn twice a second: done/sent, rate, live p50/p99 TTFT, errors."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled = total, enabled
+        self.console = Console(stderr=True)
+
+    def __call__(self, snap: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        p50, p99 = snap.get("p50_ttft_ms"), snap.get("p99_ttft_ms")
+        ttft = f"TTFT p50 {p50:.0f} ms p99 {p99:.0f} ms" if p50 is not None else "TTFT -"
+        errs = snap["errors"]
+        err = f"[red]{errs} errors[/]" if errs else "0 errors"
+        self.console.print(
+            f"{snap['done']}/{self.total} done, {snap['sent']} sent, {snap['rate']:.1f} req/s, "
+            f"{snap['tokens_per_s']:.0f} tok/s, {ttft}, {err}",
+            end="\r",
+            highlight=False,
+        )
+
+    def close(self) -> None:
+        if self.enabled:
+            self.console.print()
+
+
+def print_result(doc: dict[str, Any], out: Path, console: Console | None = None) -> None:
+    """The first line says whether requests failed; percentiles come with the error rate beside them."""
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    errors = doc["errors"]
+    sent = doc["completed"] + doc["failed"]
+    if doc["failed"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in errors["by_kind"].items())
+        console.print(
+            f"[bold red]{doc['failed']} of {sent} requests failed[/] ({errors['rate']:.1%}: {escape(kinds)})"
+        )
+    else:
+        console.print(f"[green]all {sent} requests completed[/]")
+    if doc.get("interrupted"):
+        console.print("[yellow]stopped before the plan's end: these are the requests measured so far[/]")
+    v = doc["validity"]
+    if not v["valid"]:
+        console.print(f"[bold yellow]INVALID run:[/] {escape('; '.join(v['reasons']))}")
+    table = Table(title=f"{escape(doc['meta']['model'])} @ {escape(doc['meta']['target'])}")
+    for col in ("metric", "mean", "p50", "p90", "p99", "unit"):
+        table.add_column(col, justify="right" if col not in ("metric", "unit") else "left")
+    names = {
+        "ttft": "TTFT",
+        "tpot": "TPOT",
+        "itl": "ITL (per token)",
+        "itl_chunk": "ITL (per chunk)",
+        "e2el": "E2E latency",
+    }
+    for key, label in names.items():
+        p = doc["percentiles"].get(f"{key}_ms") or {}
+        mean = doc.get(f"mean_{key}_ms")
+        table.add_row(label, _f(mean), _f(p.get("50")), _f(p.get("90")), _f(p.get("99")), "ms")
+    console.print(table)
+    load = doc["load"]
+    console.print(
+        f"throughput {doc['request_throughput']:.2f} req/s, {doc['output_throughput']:.0f} output tok/s "
+        f"(peak {_f(doc.get('max_output_tokens_per_s'))}/s), error rate {errors['rate']:.1%}; "
+        f"tokens per chunk {_f((doc.get('tokens_per_chunk') or {}).get('mean'), 2)}"
+    )
+    lag = load.get("schedule_lag_ms") or {}
+    requested = load.get("requested_rate")
+    console.print(
+        f"load: {load.get('shape')}"
+        + (f", requested {requested:.2f} req/s" if requested else "")
+        + (f", achieved {load['achieved_rate']:.2f} req/s" if load.get("achieved_rate") else "")
+        + (f", schedule lag p90 {lag['90']:.1f} ms" if lag.get("90") is not None and requested else "")
+    )
+    gp = doc.get("goodput")
+    if gp:
+        slo = ", ".join(f"{k} <= {v:g} ms" for k, v in gp["slo_ms"].items())
+        console.print(
+            f"goodput {gp['requests_per_s']:.2f} req/s; SLO attainment {gp['attainment']:.1%} ({slo})"
+        )
+    for row in doc.get("client_vs_server") or []:
+        flag = "  <- outside the engine (network, gateway, client)" if row["disagree"] else ""
+        console.print(
+            f"{row['metric']}: client {row['client_mean_ms']:.1f} ms, server {row['server_mean_ms']:.1f} ms, "
+            f"gap {row['gap_ms']:+.1f} ms{flag}"
+        )
+    cal = v.get("calibration")
+    if cal:
+        console.print(
+            f"client overhead (calibration): TTFT +{_f(cal.get('overhead_ttft_ms'), 1)} ms, "
+            f"ITL +{_f(cal.get('overhead_itl_ms'), 2)} ms"
+        )
+    console.print(
+        f"result: {out}  records: {out.with_name(doc['records'])}" if doc.get("records") else f"result: {out}"
+    )
+
+
+def sweep_rates_option(text: str, steps: int) -> list[float]:
+    """``--sweep LOW:HIGH`` with ``--sweep-steps`` as the rates to run."""
+    from perfkit.loadgen.sweep import sweep_rates
+
+    low, sep, high = text.partition(":")
+    try:
+        return sweep_rates(float(low), float(high), steps) if sep else []
+    except ValueError:
+        pass
+    raise ConfigError(f"--sweep {text[:40]!r}: expected LOW:HIGH in requests per second, e.g. 1:32")
+
+
+def print_sweep(sweep: dict[str, Any], out: Path, console: Console | None = None) -> None:
+    """Latency and throughput per load level, the knee marked, and why it is the knee."""
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    knee = sweep.get("knee") or {}
+    knee_file = (knee.get("point") or {}).get("result")
+    table = Table(title="load sweep")
+    for col in (
+        "offered req/s",
+        "achieved req/s",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "ITL p50 ms",
+        "out tok/s",
+        "errors",
+        "",
+    ):
+        table.add_column(col, justify="right")
+    for p in sweep["points"]:
+        saturated = knee.get("next") is not None
+        mark = ""
+        if p["result"] == knee_file:
+            mark = "[bold green]<- knee[/]" if saturated else "highest swept (knee above)"
+        elif not p["valid"]:
+            mark = "invalid"
+        table.add_row(
+            _f(p["offered_rate"], 2),
+            _f(p["achieved_rate"], 2),
+            _f(p["p50_ttft_ms"]),
+            _f(p["p99_ttft_ms"]),
+            _f(p["median_itl_ms"], 2),
+            _f(p["output_throughput"], 0),
+            f"{p['error_rate']:.1%}",
+            mark,
+        )
+    console.print(table)
+    if knee:
+        console.print(f"knee: {escape(knee['reason'])}")
+    console.print(f"sweep: {out} (each level's result beside it)")
+
+
+def _f(v: Any, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+@click.command()
+@click.option("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
+@click.option("--model", required=True, help="the model name the server serves")
+@click.option("--api-key-env", default=None, help="name of the env var holding the API key (never the key)")
+@click.option(
+    "--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 10000),
+    default=None,
+    help="requests in flight (a cap with --rate)",
+)
+@click.option("--rate", type=click.FloatRange(0.001, 100000), default=None, help="arrivals per second")
+@click.option(
+    "--arrival", type=click.Choice(["poisson", "gamma", "constant"]), default="poisson", show_default=True
+)
+@click.option(
+    "--burstiness",
+    type=click.FloatRange(0.01, 100),
+    default=1.0,
+    show_default=True,
+    help="gamma shape: below 1 burstier",
+)
+@click.option("--burst", is_flag=True, help="send every request at once")
+@click.option(
+    "--num-requests",
+    type=click.IntRange(1, 10_000_000),
+    default=None,
+    help="requests to send  [default: 200; a replay: the whole trace]",
+)
+@click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=128, show_default=True)
+@click.option("--output-tokens", type=click.IntRange(1, 1_000_000), default=64, show_default=True)
+@click.option(
+    "--replay", default=None, help="a request log (JSONL/CSV) or an incident bundle folder to replay"
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(0.001, 10000),
+    default=1.0,
+    show_default=True,
+    help="replay speed-up",
+)
+@click.option(
+    "--sweep", default=None, help="LOW:HIGH req/s: a run per rate, low to saturation; prints the knee"
+)
+@click.option(
+    "--sweep-steps", type=click.IntRange(2, 100), default=6, show_default=True, help="load levels of a sweep"
+)
+@click.option(
+    "--duration", type=click.FloatRange(0.1, 86400), default=None, help="stop sending after S seconds"
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--slo", multiple=True, help="an SLO for goodput, e.g. ttft=500 tpot=50 (ms); repeatable")
+@click.option("--tokenizer", default=None, help="a local tokenizer.json for prompts of exact length")
+@click.option("--metrics-url", default=None, help="the server's /metrics (default URL/metrics)")
+@click.option("--no-metrics", is_flag=True, help="do not scrape the server's /metrics")
+@click.option(
+    "--calibrate/--no-calibrate",
+    default=True,
+    show_default=True,
+    help="measure the client's own overhead first",
+)
+@click.option(
+    "--self-check",
+    is_flag=True,
+    help="only measure the client's overhead at this load, against the lab server",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 86400),
+    default=600.0,
+    show_default=True,
+    help="seconds per request",
+)
+@click.option("--label", multiple=True, help="KEY=VALUE recorded in the result (version, config, hardware)")
+@click.option(
+    "-o", "--out", default="bench.json", show_default=True, help="the result file (records beside it)"
+)
+@click.option("--force", is_flag=True, help="overwrite an existing result")
+@click.option("--quiet", is_flag=True, help="no progress line")
+@click.option(
+    "--warmup",
+    type=click.IntRange(0, 100000),
+    default=8,
+    show_default=True,
+    help="requests sent first and not recorded (the server's cold start)",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="client processes (when one core cannot keep up: calibration says so)",
+)
+def bench(**o: Any) -> None:
+    """Load-test an OpenAI-compatible streaming server; write a perfkit.bench/1 result."""
+    from perfkit.loadgen.bench import BenchOptions, check_url, run_bench, run_sweep
+
+    if sum(x is not None for x in (o["rate"], o["replay"], o["burst"] or None, o["sweep"])) > 1:
+        raise ConfigError(
+            "choose one load: --rate, --burst, --replay or --sweep (--concurrency may cap any of them)"
+        )
+    rates = sweep_rates_option(o["sweep"], o["sweep_steps"]) if o["sweep"] else None
+    plan_args = dict(
+        concurrency=o["concurrency"],
+        rate=rates[0] if rates else o["rate"],
+        burst=o["burst"],
+        arrival=o["arrival"],
+        burstiness=o["burstiness"],
+        num_requests=o["num_requests"],
+        prompt_tokens=o["prompt_tokens"],
+        output_tokens=o["output_tokens"],
+        replay=o["replay"],
+        time_scale=o["time_scale"],
+        duration=o["duration"],
+        seed=o["seed"],
+    )
+    plan = build_plan(**plan_args)
+    api_key = None
+    if o["api_key_env"]:
+        api_key = os.environ.get(o["api_key_env"])
+        if not api_key:
+            raise ConfigError(f"--api-key-env {o['api_key_env']}: that environment variable is not set")
+    opts = BenchOptions(
+        url=check_url(o["url"]),
+        model=o["model"],
+        plan=plan,
+        out=Path(o["out"]),
+        endpoint=o["endpoint"],
+        api_key=api_key,
+        concurrency=o["concurrency"],
+        duration_s=o["duration"],
+        seed=o["seed"],
+        slo_ms=_slo(o["slo"]),
+        metrics_url="" if o["no_metrics"] else o["metrics_url"],
+        tokenizer=o["tokenizer"],
+        timeout_s=o["timeout"],
+        labels=_labels(o["label"]),
+        overwrite=o["force"],
+        workers=o["workers"],
+        warmup=o["warmup"],
+    )
+    calibration = None
+    if o["calibrate"] or o["self_check"]:
+        calibration = calibration_against_lab(opts)
+        click.echo(
+            f"calibration: client overhead at this load TTFT +{calibration['overhead_ttft_ms']:.1f} ms, "
+            f"ITL +{calibration['overhead_itl_ms']:.2f} ms ({calibration['requests']} requests against the lab server)",
+            err=True,
+        )
+        if o["self_check"]:
+            return
+    line = ProgressLine(len(plan.at_s), enabled=not o["quiet"] and sys.stderr.isatty())
+    try:
+        if rates:
+            sweep = run_sweep(
+                opts,
+                rates,
+                lambda r: build_plan(**{**plan_args, "rate": r}),
+                line,
+                calibration=calibration,
+                announce=lambda text: click.echo(text, err=True),
+            )
+        else:
+            doc = run_bench(opts, line, calibration=calibration)
+    finally:
+        line.close()
+    if rates:
+        print_sweep(sweep, opts.out)
+    else:
+        print_result(doc, opts.out)
+
+
+def calibration_against_lab(opts, cancel=None) -> dict[str, Any]:
+    """The client's overhead at ``opts``' load, against a `perfkit lab serve` started for it."""
+    from perfkit.lab.serve import serving
+    from perfkit.loadgen.bench import CALIBRATION_TRUTH, calibrate
+
+    with (
+        tempfile.TemporaryDirectory(prefix="perfkit-calibration-") as tmp,
+        serving(
+            ttft_ms=CALIBRATION_TRUTH["ttft_ms"], itl_ms=CALIBRATION_TRUTH["itl_ms"], model="perfkit-lab"
+        ) as url,
+    ):
+        return calibrate(opts, url, Path(tmp), cancel)
