@@ -25,7 +25,7 @@ from plotly.subplots import make_subplots
 
 from perfkit.report.figures import PALETTE, SLO_COLOR
 from perfkit.report.markdown import md_escape
-from perfkit.report.sections import STATUS_LABEL, Section
+from perfkit.report.sections import Section
 
 LATENCIES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)", "itl_chunk": "ITL (per chunk)", "e2el": "E2E"}  # fmt: skip
 PERCENTILES = ("50", "90", "95", "99", "99.9")
@@ -55,10 +55,7 @@ class TablesSection(Section):
         from perfkit.core.findings import record
 
         f = self.finding
-        label = STATUS_LABEL.get(f.status, f.status.upper())
-        display(Markdown(f"**\\[{label}\\] {md_escape(f.title)}** — {md_escape(f.summary)}"))
-        if f.missing:
-            display(Markdown("Missing evidence: " + "; ".join(md_escape(m) for m in f.missing)))
+        self._show_header()
         for caption, table in [("", self.table), *self.tables]:
             if table is None or not table.height:
                 continue

@@ -33,7 +33,8 @@ class Section:
     extra_findings: list[Finding] = field(default_factory=list)
     style: Callable[[Any], Any] | None = None  # pandas DataFrame -> Styler
 
-    def _ipython_display_(self) -> None:
+    def _show_header(self) -> None:
+        """The finding's status, title and summary, and what evidence it lacked."""
         from IPython.display import Markdown, display
 
         f = self.finding
@@ -42,6 +43,12 @@ class Section:
         display(Markdown(f"**\\[{label}\\] {md_escape(f.title)}** — {md_escape(f.summary)}"))
         if f.missing:
             display(Markdown("Missing evidence: " + "; ".join(md_escape(m) for m in f.missing)))
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        f = self.finding
+        self._show_header()
         if self.table is not None and self.table.height:
             frame = self.table.to_pandas()
             styler = self.style(frame) if self.style else frame.style.hide(axis="index")
