@@ -26,6 +26,12 @@ from perfkit.loadgen import store as stores
 STATUS_STYLE = {"regressed": "bold red", "improved": "green", "pass": "", "no-data": "dim"}
 VERDICT_STYLE = {"pass": "bold green", "regress": "bold red", "unusable": "bold yellow"}
 
+_index_option = click.option(
+    "--index",
+    type=click.IntRange(0, 9999),
+    default=None,
+    help="Which result of a file holding several (a guidellm sweep, vLLM --append-result).",
+)
 _store_option = click.option(
     "--store",
     "store_dir",
@@ -59,12 +65,7 @@ def baseline() -> None:
     metavar="K=V",
     help="version=, config=, hardware= or any k=v (repeatable); hardware decides what the gate compares.",
 )
-@click.option(
-    "--index",
-    type=click.IntRange(0, 9999),
-    default=None,
-    help="Which result of a file holding several (a guidellm sweep, vLLM --append-result).",
-)
+@_index_option
 @click.option("--force", is_flag=True, help="Store a run marked invalid or interrupted all the same.")
 def add_command(
     result: Path, store_dir: Path, labels: tuple[str, ...], force: bool, index: int | None
@@ -190,12 +191,7 @@ def show_command(ident: str, store_dir: Path, as_json: bool) -> None:
     metavar="K=V",
     help="Labels of RESULT (e.g. hardware=h200) over its own.",
 )
-@click.option(
-    "--index",
-    type=click.IntRange(0, 9999),
-    default=None,
-    help="Which result of a file holding several (a guidellm sweep, vLLM --append-result).",
-)
+@_index_option
 @click.pass_context
 def gate(
     ctx: click.Context,

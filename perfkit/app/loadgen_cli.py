@@ -41,18 +41,6 @@ def _slo(pairs: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
-def _labels(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip() or len(key) > 64 or len(value) > 200:
-            raise ConfigError(
-                f"--label {pair[:60]!r}: expected KEY=VALUE (key up to 64, value up to 200 characters)"
-            )
-        out[key.strip()] = value.strip()
-    return out
-
-
 def build_plan(
     *,
     concurrency: int | None,
@@ -348,6 +336,7 @@ def _f(v: Any, digits: int = 1) -> str:
 def bench(**o: Any) -> None:
     """Load-test an OpenAI-compatible streaming server; write a perfkit.bench/1 result."""
     from perfkit.loadgen.bench import BenchOptions, check_url, run_bench, run_sweep
+    from perfkit.loadgen.store import parse_labels
 
     if sum(x is not None for x in (o["rate"], o["replay"], o["burst"] or None, o["sweep"])) > 1:
         raise ConfigError(
@@ -388,7 +377,7 @@ def bench(**o: Any) -> None:
         metrics_url="" if o["no_metrics"] else o["metrics_url"],
         tokenizer=o["tokenizer"],
         timeout_s=o["timeout"],
-        labels=_labels(o["label"]),
+        labels=parse_labels(o["label"]),  # the store's rules: a result's labels must be storable
         overwrite=o["force"],
         workers=o["workers"],
         warmup=o["warmup"],

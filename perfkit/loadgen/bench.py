@@ -267,7 +267,8 @@ def run_bench(
         from perfkit.loadgen.workers import run_workers
 
         sink.close()  # the workers write parts, merged into rec_path
-        view = ServerView(metrics_url(opts)) if metrics_url(opts) else None
+        scrape_url = metrics_url(opts)
+        view = ServerView(scrape_url) if scrape_url else None
         info = run_workers(opts, opts.workers, rec_path, progress, view, cancel)
         server = view.summary() if view else None
     with C.event_loop_runner() as runner:
@@ -311,8 +312,6 @@ def run_bench(
     doc["interrupted"] = info.interrupted
     doc["validity"] = judge_validity(doc, calibration, info.notes)
     doc["load"]["workers"] = opts.workers
-    doc["records"] = rec_path.name
-    doc["interrupted"] = info.interrupted
     doc = finite(doc)
     write_json(doc, opts.out, overwrite=opts.overwrite)
     return doc
