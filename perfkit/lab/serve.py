@@ -2,7 +2,8 @@
 the target ``perfkit bench`` is tested and calibrated against. It listens on 127.0.0.1 only;
 :func:`serving` runs it in a subprocess and stops it by its PID.
 
-**Timing** (exact, drift-free). A request's clock starts when its handler starts (``t0``); output
+**Timing** (exact, drift-free). A request's clock starts when its first bytes are read from the socket
+(``t0``; :class:`perfkit.lab.serve_clock.Arrivals`), so a queue in front of the handlers is the server's; output
 token ``i`` (0-based) is due at ``t0 + ttft + i*itl``. Tokens leave in chunks of ``K``, a chunk when
 its *last* token is due, by waiting for that absolute deadline (sleeps never add up): with ``K > 1``
 the first token is seen when its chunk is sent, at ``t0 + ttft + (K-1)*itl``, and chunks are ``K*itl``
@@ -43,12 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
-import heapq
-import itertools
 import json
-import math
 import os
 import random
 import re
@@ -60,16 +56,16 @@ import threading
 import time
 import urllib.request
 import uuid
-from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TextIO
 
 from aiohttp import web
 
 from perfkit import __version__
 from perfkit.errors import ConfigError, SourceError
+from perfkit.lab.serve_clock import Arrivals, Histogram, Waker
 
 LOOPBACK = "127.0.0.1"
 MAX_BODY_BYTES = 4 * 2**20  # a 100k-token prompt is well under 1 MiB of text
@@ -113,6 +109,9 @@ class ServeConfig:
     host: str = LOOPBACK
     port: int = 8000
     seed: int = 0
+    timing_log: str = (
+        ""  # a file: one line per streamed request, "X-Request-Id<TAB>first chunk - arrival (s)"
+    )
 
     def __post_init__(self) -> None:
         limits = {"ttft_ms": 3.6e6, "itl_ms": 6e4, "stall_ms": 3.6e6, "fail_rate": 1.0, "close_rate": 1.0}
@@ -134,27 +133,7 @@ class ServeConfig:
     def cli_args(self) -> list[str]:
         """The ``perfkit lab serve`` options that stand for this configuration."""
         args = [(f"--{key.replace('_', '-')}", str(value)) for key, value in asdict(self).items()]
-        return [arg for pair in args if pair[0] != "--host" for arg in pair]
-
-
-class Histogram:
-    """A Prometheus histogram: ``le`` buckets (a value equal to a bound counts in it), sum and count."""
-
-    def __init__(self, bounds: list[float]) -> None:
-        self.bounds, self.counts, self.sum = bounds, [0] * (len(bounds) + 1), 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def lines(self, name: str, labels: str) -> Iterator[str]:
-        cumulative = 0
-        for bound, count in zip([*self.bounds, math.inf], self.counts, strict=True):
-            cumulative += count
-            le = "+Inf" if bound == math.inf else repr(float(bound))
-            yield f'{name}_bucket{{{labels},le="{le}"}} {float(cumulative)!r}'
-        yield f"{name}_count{{{labels}}} {float(cumulative)!r}"
-        yield f"{name}_sum{{{labels}}} {self.sum!r}"
+        return [arg for pair in args if pair[0] != "--host" and pair[1] != "" for arg in pair]
 
 
 class ApiError(Exception):
@@ -272,69 +251,6 @@ def sse_events(req: Request, head: str, first: bool, text: str, chat: bool, malf
     return "".join(out).encode()
 
 
-class _Itimerspec(ctypes.Structure):  # struct itimerspec: two struct timespec (interval, value)
-    _fields_ = [(name, ctypes.c_long) for name in ("interval_s", "interval_ns", "value_s", "value_ns")]
-
-
-class Waker:
-    """Wakes coroutines at absolute ``time.monotonic()`` deadlines, never early.
-
-    The event loops' timers have 1 ms resolution (epoll's timeout is in ms; uvloop's clock is libuv's
-    ``uv_now``, whole ms, and its timers may fire up to 1 ms early): chunks would leave 0 to 2 ms late.
-    On Linux one ``timerfd`` (CLOCK_MONOTONIC, the clock ``time.monotonic`` reads, armed at an
-    absolute time in ns) wakes the loop for the earliest of a heap of deadlines: chunks leave within
-    about 0.1 ms of their due time. Elsewhere: the loop's timers, rounded up to whole ms and repeated
-    until the deadline has passed.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop, self.fd, self.armed = loop, -1, math.inf
-        self.heap: list[tuple[float, int, asyncio.Future[None]]] = []
-        self.seq = itertools.count()
-        with contextlib.suppress(OSError, AttributeError, TypeError):  # no timerfd here: ms timers
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-            self._settime = libc.timerfd_settime
-            fd = libc.timerfd_create(time.CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
-            if fd >= 0:
-                loop.add_reader(fd, self._fire)
-                self.fd = fd
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            self.loop.remove_reader(self.fd)
-            os.close(self.fd)
-            self.fd = -1
-
-    def _arm(self, when: float) -> None:
-        """Arm the timer at ``when`` (absolute; inf disarms). Arming also clears the descriptor's
-        expiry count, so it is never read."""
-        self.armed, spec = when, _Itimerspec()
-        if when < math.inf:
-            spec.value_s = sec = int(when)
-            spec.value_ns = min(999_999_999, max(1, int((when - sec) * 1e9)))
-        if self._settime(self.fd, 1, ctypes.byref(spec), None):  # 1: TFD_TIMER_ABSTIME
-            raise OSError(ctypes.get_errno(), "timerfd_settime failed")
-
-    def _fire(self) -> None:
-        now, heap = time.monotonic(), self.heap
-        while heap and heap[0][0] <= now:
-            future = heapq.heappop(heap)[2]
-            if not future.done():  # a cancelled request leaves its entry behind
-                future.set_result(None)
-        self._arm(heap[0][0] if heap else math.inf)
-
-    async def sleep_until(self, deadline: float) -> None:
-        if self.fd < 0:
-            while (left := deadline - time.monotonic()) > 0:
-                await asyncio.sleep(math.ceil(left * 1e3) / 1e3)
-        elif deadline > time.monotonic():
-            future = self.loop.create_future()
-            heapq.heappush(self.heap, (deadline, next(self.seq), future))
-            if deadline < self.armed:
-                self._arm(deadline)
-            await future
-
-
 class ReferenceServer:
     """The application and its counters: ``url = await start()`` in a running loop, ``await stop()``."""
 
@@ -347,6 +263,9 @@ class ReferenceServer:
         self.hist = {name: Histogram(bounds) for name, (_, bounds) in _HISTOGRAMS.items()}
         self.url = ""
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._arrivals: Arrivals | None = None
+        self._timing: TextIO | None = None
         self._waker: Waker | None = None
         self._model_json = json.dumps(config.model)
         escaped = config.model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
@@ -355,27 +274,48 @@ class ReferenceServer:
     async def start(self, sock: socket.socket | None = None) -> str:
         """Listen on ``sock`` (else on 127.0.0.1 and the configured port) and return the base URL."""
         sock = sock or bind(self.config.port)
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._arrived])
         app.add_routes([web.post("/v1/completions", partial(self._generate, chat=False))])
         app.add_routes([web.post("/v1/chat/completions", partial(self._generate, chat=True))])
         app.add_routes([web.get("/v1/models", self._models), web.get("/health", self._health)])
         app.add_routes([web.get("/version", self._version), web.get("/metrics", self._metrics)])
-        self._waker = Waker(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self._waker = Waker(loop)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        await web.SockSite(self._runner, sock, shutdown_timeout=1.0, backlog=1024).start()
+        assert self._runner.server is not None
+        self._arrivals = Arrivals(self._runner.server)
+        if self.config.timing_log:
+            try:  # a new file: never over someone's earlier log
+                self._timing = open(self.config.timing_log, "x", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in stop()
+            except OSError as exc:
+                raise ConfigError(f"--timing-log {self.config.timing_log}: {exc.strerror or exc}") from None
+        self._server = await loop.create_server(self._arrivals, sock=sock, backlog=1024)
         self.url = f"http://{LOOPBACK}:{sock.getsockname()[1]}"
         return self.url
 
     async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         if self._waker is not None:
             self._waker.close()
+        if self._timing is not None:
+            self._timing.close()
+            self._timing = None
+
+    @web.middleware
+    async def _arrived(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Every request takes its arrival stamp (a stale one would start the next request's clock early)."""
+        arrived = self._arrivals.take(request.protocol) if self._arrivals else None
+        request["arrived"] = arrived if arrived is not None else time.monotonic()
+        return await handler(request)
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
-        t0 = time.monotonic()
+        t0 = request["arrived"]
         try:
             try:  # aiohttp stops reading at client_max_size
                 body = json.loads(await request.read())
@@ -451,12 +391,24 @@ class ReferenceServer:
                 await resp.write(sse_events(req, head, j == 0, text, chat, malformed and j == middle))
             now = time.monotonic()
             self.hist["perfkit_lab_serve_chunk_lateness_seconds"].observe(now - due)
+            if j == 0 and self._timing is not None and resp is not None:
+                self._log_first(request, t0, now)
             name = "vllm:inter_token_latency_seconds" if j else "vllm:time_to_first_token_seconds"
             self.hist[name].observe(now - last_sent)
             last_sent = now
         self.hist["vllm:e2e_request_latency_seconds"].observe(last_sent - t0)
         self.hist["vllm:request_queue_time_seconds"].observe(0.0)
         return "".join(pieces)
+
+    def _log_first(self, request: web.Request, arrived: float, written: float) -> None:
+        """A request's arrival and first write for the timing log, under the client's request id: the
+        loadgen benchmark subtracts the server's TTFT from the client's, which leaves the client's own
+        error, and lines both up on the shared clock to say which side read late."""
+        rid = "".join(
+            c for c in request.headers.get("X-Request-Id", "")[:128] if c.isprintable() and c != "\t"
+        )
+        assert self._timing is not None
+        self._timing.write(f"{rid or '-'}\t{arrived:.6f}\t{written:.6f}\n")
 
     def _whole(self, req: Request, chat: bool, text: str) -> dict[str, Any]:
         """A non-streaming answer, as vLLM's ``CompletionResponse`` / ``ChatCompletionResponse``."""
@@ -539,7 +491,8 @@ def banner(config: ServeConfig, url: str) -> str:
     return f"serving {config.model} on {url} ({timing})"
 
 
-_BANNER = re.compile(r"serving .* on (http://127\.0\.0\.1:\d+) \(ttft ")
+_BANNER = re.compile(r"serving .* on (http://127\.0\.0\.1:\d+) \((?:ttft|simulated) ")
+_SIM_OPTIONS = ("engine_config", "speed", "log_file", "admin_token_env")  # perfkit.lab.servesim.server
 
 
 @contextlib.contextmanager
@@ -548,8 +501,11 @@ def serving(*, startup_timeout_s: float = 30.0, cpus: set[int] | None = None, **
 
     ``knobs`` are :class:`ServeConfig` fields (``ttft_ms=50, itl_ms=10, tokens_per_chunk=4`` ...);
     ``cpus`` pins the server to those CPUs (Linux), so that a benchmark's client has its own core.
+    ``engine_config=PATH`` runs the simulated engine, with ``speed``, ``log_file``, ``admin_token_env``.
     """
-    args = [sys.executable, "-m", "perfkit.app.serve_cli", *ServeConfig(**{**knobs, "port": 0}).cli_args()]
+    sim = [f"--{k.replace('_', '-')}={v}" for k in _SIM_OPTIONS if (v := knobs.pop(k, None)) is not None]
+    cli = [*sim, *ServeConfig(**knobs | {"port": 0}).cli_args()]
+    args = [sys.executable, "-m", "perfkit.app.serve_cli", *cli]
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
         try:
