@@ -24,6 +24,7 @@ import socket
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -68,6 +69,8 @@ class BenchOptions:
     timeout_s: float = 600.0
     labels: dict[str, str] = field(default_factory=dict)
     overwrite: bool = False
+    # each request goes out with X-Request-Id perfkit-<run_id>-<i> (i: its number in the plan)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     workers: int = 1  # client processes (perfkit.loadgen.workers)
     warmup: int = 0  # requests sent first and not recorded
 
@@ -145,7 +148,7 @@ async def _warm_up(opts: BenchOptions, target: C.Target, prompt_for, stop: async
 async def _run(
     opts: BenchOptions, progress, sink: RecordSink, cancel: threading.Event | None = None
 ) -> tuple[C.RunInfo, dict[str, Any] | None]:
-    target = C.Target(opts.url, opts.model, opts.endpoint, opts.api_key, opts.timeout_s)
+    target = C.Target(opts.url, opts.model, opts.endpoint, opts.api_key, opts.timeout_s, run_id=opts.run_id)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
@@ -304,6 +307,8 @@ def run_bench(
         "started": started.isoformat().replace("+00:00", "Z"),
         "seed": opts.seed,
         "labels": dict(opts.labels),
+        "request_ids": f"perfkit-{opts.run_id}-<i>",
+        "clock_origin_s": info.origin_s,  # CLOCK_MONOTONIC at the records' zero (one process only)
         "prompts": "exact (tokenizer)" if opts.tokenizer else "approximate (one common word per token)",
     }
     doc["server"] = server

@@ -22,10 +22,12 @@ or vLLM's ``--max-concurrency`` cap on an arrival process. Every request sent ge
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import os
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
+from aiohttp.client_proto import ResponseHandler
 
 from perfkit.loadgen.records import Record, RecordSink
 
@@ -54,6 +57,9 @@ class Target:
     timeout_s: float = 600.0  # one request, start to end
     stall_s: float = 60.0  # no bytes for this long mid-stream: a stall
     ignore_eos: bool = True
+    # X-Request-Id: perfkit-<run_id>-<i>. vLLM takes it as the request's id (its logs name it), so a
+    # request in the records can be found in the server's logs; the reference server's timing log too
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @property
     def path(self) -> str:
@@ -205,6 +211,50 @@ class _Stream:
             ]
 
 
+class _Stamped(ResponseHandler):
+    """aiohttp's client protocol, noting when bytes were read from the socket. The event loop runs
+    every ready socket's read callback before any task, so this is when a chunk reached the client;
+    the task that parses it may run milliseconds later when 64 streams' chunks land together."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.read_at: tuple[Any, float] | None = None  # (the body it was for, when)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        payload = getattr(self, "_payload", None)  # the response body's StreamReader, once headers are in
+        before = payload.total_bytes if payload is not None else 0
+        super().data_received(data)
+        after_payload = getattr(self, "_payload", None)
+        after = after_payload.total_bytes if after_payload is not None else 0
+        if after_payload is not payload:
+            before = 0
+        if after > before and (self.read_at is None or self.read_at[0] is not after_payload):
+            self.read_at = (after_payload, now)  # body bytes came with this read (not only headers)
+
+
+def stamping(connector: aiohttp.TCPConnector) -> aiohttp.TCPConnector:
+    """Make ``connector`` open :class:`_Stamped` connections. Its protocol factory is aiohttp's
+    ``_factory`` (a partial of ``ResponseHandler``, aiohttp 3.9 to 3.14); an aiohttp laid out
+    otherwise is left as it is, and chunks are then timed when their task reads them."""
+    factory = getattr(connector, "_factory", None)
+    if isinstance(factory, functools.partial) and factory.func is ResponseHandler:
+        connector._factory = functools.partial(_Stamped, *factory.args, **factory.keywords)  # type: ignore[assignment]
+    return connector
+
+
+def _read_time(resp: aiohttp.ClientResponse) -> float:
+    """When the bytes now in ``resp.content`` were read from the socket (the first read since the
+    last call), else now."""
+    now = time.perf_counter()
+    proto = resp.connection.protocol if resp.connection is not None else None
+    read_at = getattr(proto, "read_at", None)
+    if read_at is None or read_at[0] is not resp.content:  # none, or an earlier response's
+        return now
+    proto.read_at = None  # type: ignore[union-attr]
+    return min(read_at[1], now)
+
+
 async def one_request(
     session: aiohttp.ClientSession,
     target: Target,
@@ -220,6 +270,7 @@ async def one_request(
         "Content-Type": "application/json",
         "Accept": "text/event-stream",
         "Accept-Encoding": "identity",
+        "X-Request-Id": f"perfkit-{target.run_id}-{rec.i}",
     }
     if target.api_key:
         headers["Authorization"] = f"Bearer {target.api_key}"
@@ -247,7 +298,7 @@ async def one_request(
                 )
                 return
             async for data in resp.content.iter_any():
-                stream.feed(data, time.perf_counter())
+                stream.feed(data, _read_time(resp))
             if not stream.done:
                 rec.fail("disconnect", "the stream ended before [DONE]")
     except asyncio.CancelledError:
@@ -315,6 +366,9 @@ class RunInfo:
     sent: int
     interrupted: bool
     notes: list[str] = field(default_factory=list)  # what went wrong with the client itself
+    # the records' time origin on this host's CLOCK_MONOTONIC (time.perf_counter on Linux), so that
+    # a record's offsets can be lined up with another process's clock (the reference server's)
+    origin_s: float | None = None
 
 
 async def run_plan(
@@ -341,7 +395,7 @@ async def run_plan(
     cap = asyncio.Semaphore(concurrency if concurrency is not None else MAX_IN_FLIGHT)
     closed_loop = concurrency is not None and not np.any(at_s > 0)
     timeout = aiohttp.ClientTimeout(total=target.timeout_s, sock_read=target.stall_s, sock_connect=30.0)
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+    connector = stamping(aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
     tasks: set[asyncio.Task[None]] = set()
     if start_at is not None:  # a shared start (wall clock) with the other worker processes
         await asyncio.sleep(max(0.0, start_at - time.time()))
@@ -406,7 +460,7 @@ async def run_plan(
             reporter.cancel()
     if progress:
         progress(live.snapshot())
-    return RunInfo(started_wall, time.perf_counter() - t0, live.sent, interrupted)
+    return RunInfo(started_wall, time.perf_counter() - t0, live.sent, interrupted, origin_s=t0)
 
 
 async def _acquire(cap: asyncio.Semaphore, stop: asyncio.Event) -> bool:

@@ -131,7 +131,7 @@ def run_workers(
 ) -> C.RunInfo:
     """Run ``opts.plan`` over ``workers`` processes; ``view`` (a ServerView or None) is scraped
     by this process meanwhile. Returns the run as one: the longest worker's duration, all sent."""
-    target = C.Target(opts.url, opts.model, opts.endpoint, opts.api_key, opts.timeout_s)
+    target = C.Target(opts.url, opts.model, opts.endpoint, opts.api_key, opts.timeout_s, run_id=opts.run_id)
     ctx = mp.get_context("spawn")
     ready, start, reports = ctx.Queue(), ctx.Queue(), ctx.Queue()
     parts = [records.with_name(f".{records.name}.part{k}") for k in range(workers)]
