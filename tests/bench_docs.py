@@ -61,7 +61,11 @@ def bench_doc(
             "endpoint": "completions",
         },
         "meta": {"model": model, "started": started, "labels": labels or {}},
-        "validity": {"valid": valid, "reasons": [] if valid else ["client overhead 14 % of ITL"]},
+        "validity": {
+            "valid": valid,
+            "reasons": [] if valid else ["client overhead 14 % of ITL"],
+            "calibration": {"overhead_ttft_ms": 0.3, "overhead_itl_ms": 0.01},
+        },
         "records": records,
         "interrupted": False,
     }

@@ -74,7 +74,15 @@ def add_command(
 
     Prints the new baseline's id.
     """
-    ident = stores.add(result, store_dir, stores.parse_labels(labels), force=force, warn=_warn, index=index)
+    ident = stores.add(
+        result,
+        store_dir,
+        stores.parse_labels(labels),
+        force=force,
+        warn=_warn,
+        index=index,
+        require_calibration=True,
+    )
     click.echo(ident)
 
 

@@ -10,7 +10,11 @@ Metric names are vLLM's (``vllm/v1/metrics/loggers.py``), with the older names a
 before ``inter_token_latency_seconds``.
 
 The client's TTFT minus the server's is time spent outside the engine: the network, a gateway,
-the HTTP front end, or the client itself. :func:`disagreement` puts the two side by side.
+the HTTP front end, or the client itself. :func:`disagreement` puts the two side by side. A server
+that reports *more* than the client saw is not on the client's clock: a simulated server whose
+virtual time runs faster than wall time (``perfkit lab serve --speed``: its
+``perfkit_lab_servesim_speed`` gauge is read into ``virtual_speed``), or one that starts counting
+before the client's request was sent; that gap is named as the clocks disagreeing, not as time.
 """
 
 from __future__ import annotations
@@ -45,9 +49,10 @@ HISTOGRAMS: dict[str, tuple[str, ...]] = {
     "e2el": ("vllm:e2e_request_latency_seconds",),
     "queue": ("vllm:request_queue_time_seconds",),
 }
+SPEED = "perfkit_lab_servesim_speed"  # the simulator's virtual seconds per wall second
 WANTED = frozenset(
     name for names in (*GAUGES.values(), *COUNTERS.values(), *HISTOGRAMS.values()) for name in names
-)
+) | {SPEED}
 DISAGREE_MS = 5.0
 """A client-server gap above this (and 10 % of the server's value) is named: under it, the two
 measure the same thing up to a loopback round trip and a scheduler tick."""
@@ -153,6 +158,9 @@ class ServerView:
             )
         for key, hist_names in HISTOGRAMS.items():
             out[f"{key}_ms"] = _histogram_delta(a, b, hist_names)
+        speed = _sum(b, SPEED)
+        if speed is not None and math.isfinite(speed) and speed > 0:
+            out["virtual_speed"] = speed
         return out
 
 
@@ -187,10 +195,19 @@ def _histogram_delta(a: MetricStore, b: MetricStore, names: tuple[str, ...]) -> 
 
 
 def disagreement(client: dict[str, Any], server: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Client and server side by side for TTFT, E2EL and the per-token time; where they differ by
-    more than :data:`DISAGREE_MS` and 10 %, the gap is time spent outside the engine."""
+    """Client and server side by side for TTFT and E2EL. Where the client saw more than the server by
+    over :data:`DISAGREE_MS` and 10 %, the gap is time spent outside the engine (``disagree``); where
+    the server reports more by as much, their clocks disagree (``clocks_disagree``, with a ``note``):
+    a gap below zero cannot be time spent outside the engine."""
     if not server:
         return []
+    speed = server.get("virtual_speed")
+    fast = isinstance(speed, int | float) and speed > 1
+    clocks = (
+        f"the server's clock runs {speed:g}x faster than wall time (a simulator's virtual seconds)"
+        if fast
+        else "the server counts from an earlier point than the client, or on another clock"
+    )
     rows = []
     # (not ITL: vLLM's ITL histogram has one sample per chunk, the client's ITL is per token)
     for key, client_key in (("ttft", "mean_ttft_ms"), ("e2el", "mean_e2el_ms")):
@@ -198,14 +215,12 @@ def disagreement(client: dict[str, Any], server: dict[str, Any] | None) -> list[
         c = client.get(client_key)
         if not srv or c is None:
             continue
-        gap = c - srv["mean"]
-        rows.append(
-            {
-                "metric": key,
-                "client_mean_ms": c,
-                "server_mean_ms": srv["mean"],
-                "gap_ms": gap,
-                "disagree": abs(gap) > max(DISAGREE_MS, 0.1 * srv["mean"]),
-            }
-        )
+        gap, noise = c - srv["mean"], max(DISAGREE_MS, 0.1 * srv["mean"])
+        row = {"metric": key, "client_mean_ms": c, "server_mean_ms": srv["mean"], "gap_ms": gap}
+        row |= {"disagree": gap > noise, "clocks_disagree": gap < -noise}
+        if gap < -noise:
+            row["note"] = f"server above client: the clocks disagree ({clocks}), not time outside the engine"
+        elif fast:
+            row["note"] = f"{clocks}: the server's times are virtual"
+        rows.append(row)
     return rows

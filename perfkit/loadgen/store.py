@@ -201,13 +201,21 @@ def make_id(doc: Mapping[str, Any], *, now: datetime | None = None) -> str:
 
 
 def load_signature(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """What makes two runs the same load: shape, concurrency, rate, lengths, endpoint (and, for a
-    replay, the trace's file name and time scale: two different traces are not the same load)."""
+    """What makes two runs the same load: shape, concurrency, rate and its arrival process (Poisson,
+    gamma with its burstiness, constant: the same mean rate in bursts queues more), lengths, endpoint
+    (and, for a replay, the trace's file name and time scale: two different traces are not the same load)."""
     load = _dict(doc.get("load"))
-    sig = {
-        key: load.get(key)
-        for key in ("shape", "concurrency", "rate", "prompt_tokens", "output_tokens", "endpoint")
-    }
+    keys = (
+        "shape",
+        "concurrency",
+        "rate",
+        "arrival",
+        "burstiness",
+        "prompt_tokens",
+        "output_tokens",
+        "endpoint",
+    )
+    sig = {key: load.get(key) for key in keys}
     if load.get("shape") == "replay":
         replay = _dict(load.get("replay"))
         source = replay.get("source")
@@ -225,9 +233,12 @@ def add(
     now: datetime | None = None,
     warn: Warn | None = None,
     index: int | None = None,
+    require_calibration: bool = False,
 ) -> str:
     """Store the result at ``result_path`` (and its records) in ``store``; returns the new id.
 
+    ``require_calibration`` (``perfkit baseline add``) refuses a perfkit run whose client overhead
+    was not measured (``--no-calibrate``); imported results (vLLM, guidellm) carry none and pass.
     Raises :class:`StoreError` for an invalid or interrupted run (unless ``force``), a run already
     stored, a file that exists, or an unreadable result; :class:`~perfkit.errors.ConfigError` for bad
     labels.
@@ -242,6 +253,13 @@ def add(
         reasons = "; ".join(str(r) for r in validity.get("reasons") or []) or "no reason given"
         raise StoreError(
             f"the run is marked invalid ({_short(reasons, 300)}); fix the run, or add it with --force",
+            path=result_path,
+        )
+    uncalibrated = validity.get("calibration") is None and not doc.get("source")  # a perfkit run
+    if require_calibration and uncalibrated and not force:
+        raise StoreError(
+            "the run was not calibrated (--no-calibrate): a baseline needs the client's own overhead "
+            "measured at its load; rerun without --no-calibrate, or add it with --force",
             path=result_path,
         )
     if doc.get("interrupted") is True and not force:

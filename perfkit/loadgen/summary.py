@@ -7,7 +7,9 @@
   tokens of g/k each. ``itl_chunk`` is the raw gap between chunks: what ``vllm bench serve`` calls
   ITL, and only the same thing when every chunk holds one token.
 * Throughput: totals over the run's duration (first send to last answer); the peak is the busiest
-  whole second of output tokens, as vLLM's ``max_output_tokens_per_s``.
+  whole second of output tokens, as vLLM's ``max_output_tokens_per_s``, and never below the mean:
+  a run under a second has no whole second, and a run's tokens can crowd into less than its last
+  partial second, so the peak is the run's own rate when that is higher.
 * Goodput: requests that met every SLO given, per second. Attainment is their share of requests
   *sent*, so a failed request counts against it. TPOT is judged only where a request has one.
 * Percentiles are over completed requests, and the error rate is printed beside them. TTFT, TPOT and
@@ -198,6 +200,12 @@ def gather(records: str | Path, slo_ms: dict[str, float] | None = None) -> Gathe
     return g
 
 
+def _peak(per_second: np.ndarray, mean: float) -> float | None:
+    """The busiest whole second's output tokens, or the run's mean rate when that is higher (see the
+    module docstring: a per-second peak below the run's average would be no peak)."""
+    return max(float(per_second.max()), mean) if per_second.size else None
+
+
 def _ms(values: np.ndarray) -> dict[str, float | None]:
     if not values.size:
         return {"mean": None, "median": None, "std": None, "p99": None}
@@ -241,7 +249,7 @@ def summarise(
         "request_goodput": g.goodput_met / duration if slo_ms else None,
         "output_throughput": g.output_tokens / duration,
         "total_token_throughput": (g.prompt_tokens + g.output_tokens) / duration,
-        "max_output_tokens_per_s": float(g.per_second.max()) if g.per_second.size else None,
+        "max_output_tokens_per_s": _peak(g.per_second, g.output_tokens / duration),
     }
     itl_pcts = g.itl.percentiles(PERCENTILES)
     itl_mean, itl_std = g.itl.mean(), g.itl.std()

@@ -50,3 +50,16 @@ def test_disagreement_names_a_gap_outside_the_engine():
     rows = {r["metric"]: r for r in disagreement(client, server)}
     assert rows["ttft"]["disagree"] and rows["ttft"]["gap_ms"] == pytest.approx(40.0)
     assert not rows["e2el"]["disagree"]  # 2 ms: a loopback round trip
+
+
+def test_a_server_above_the_client_is_a_clock_disagreement_not_time_outside():
+    client = {"mean_ttft_ms": 50.0, "mean_e2el_ms": 700.0}
+    server = {"ttft_ms": {"mean": 500.0}, "e2el_ms": {"mean": 701.0}}
+    rows = {r["metric"]: r for r in disagreement(client, server)}
+    assert rows["ttft"]["clocks_disagree"] and not rows["ttft"]["disagree"]
+    assert "another clock" in rows["ttft"]["note"]
+    assert not rows["e2el"]["clocks_disagree"] and "note" not in rows["e2el"]
+    # a simulator at --speed 10 (its perfkit_lab_servesim_speed gauge): its times are virtual
+    rows = {r["metric"]: r for r in disagreement(client, {**server, "virtual_speed": 10.0})}
+    assert "10x faster than wall time" in rows["ttft"]["note"]
+    assert "virtual" in rows["e2el"]["note"]

@@ -135,6 +135,29 @@ def test_invalid_run_refused_unless_forced(tmp_path: Path) -> None:
     assert store.show(tmp_path / "store", ident).doc["validity"]["valid"] is False
 
 
+def test_a_baseline_needs_a_calibrated_run_unless_forced(tmp_path: Path) -> None:
+    path = write_result(tmp_path / "runs")
+    doc = json.loads(path.read_text())
+    doc["validity"]["calibration"] = None  # perfkit bench --no-calibrate
+    path.write_text(json.dumps(doc))
+    assert store.add(path, tmp_path / "plain")  # a plain store takes it
+    with pytest.raises(StoreError, match=r"run\.json: the run was not calibrated \(--no-calibrate\)"):
+        store.add(path, tmp_path / "store", require_calibration=True)
+    assert store.add(path, tmp_path / "store", require_calibration=True, force=True)
+    doc["source"] = {"tool": "vllm bench serve"}  # an imported result carries no calibration
+    path.write_text(json.dumps(doc))
+    assert store.add(path, tmp_path / "imported", require_calibration=True)
+
+
+def test_the_same_mean_rate_in_bursts_is_another_load() -> None:
+    poisson = bench_doc()
+    poisson["load"].update(shape="rate", rate=8.0, arrival="poisson", burstiness=1.0)
+    bursty = json.loads(json.dumps(poisson))
+    bursty["load"].update(arrival="gamma", burstiness=0.25)
+    assert store.load_signature(poisson) != store.load_signature(bursty)
+    assert store.load_signature(poisson) == store.load_signature(json.loads(json.dumps(poisson)))
+
+
 def test_interrupted_run_refused_unless_forced(tmp_path: Path) -> None:
     path = write_result(tmp_path / "runs")
     doc = json.loads(path.read_text())

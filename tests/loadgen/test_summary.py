@@ -75,3 +75,16 @@ def test_memory_does_not_grow_with_chunks():
     for _ in range(20):
         h.add(np.random.default_rng(1).exponential(0.01, 200_000))
     assert h.counts.nbytes == before and h.weight == 4_000_000
+
+
+def test_the_peak_second_is_never_below_the_runs_own_rate(tmp_path):
+    # a 0.4 s run of 3 x 10 tokens: no whole second, 75 tok/s on average; the peak is at least that
+    sink = RecordSink(tmp_path / "r.parquet")
+    for i in range(3):
+        sink.add(
+            Record(i, 0.0, sent_s=0.1 * i, ttft_s=0.05, e2el_s=0.2, prompt_tokens=10, output_tokens=10,
+                   client_tokens=10, chunks=10, gaps_s=[0.0167] * 9, chunk_tokens=[1] * 9, status=200)
+        )  # fmt: skip
+    doc = summarise(sink.close(), 0.4)
+    assert doc["output_throughput"] == pytest.approx(75.0)
+    assert doc["max_output_tokens_per_s"] >= doc["output_throughput"]
