@@ -19,9 +19,10 @@ ALLOWED = {
     "lab": {"core", "engine", "sources"},
     "loadgen": {"core", "engine", "sources"},
     "analyses": {"core", "engine"},
-    "triage": {"core", "engine", "sources", "analyses"},
-    "report": {"core", "engine", "analyses", "triage"},
-    "app": {"core", "engine", "sources", "lab", "loadgen", "analyses", "triage", "report"},
+    "traces": {"core", "engine"},
+    "triage": {"core", "engine", "sources", "analyses", "traces"},
+    "report": {"core", "engine", "analyses", "triage", "traces"},
+    "app": {"core", "engine", "sources", "lab", "loadgen", "analyses", "traces", "triage", "report"},
 }
 TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "py.typed"}
 MAX_LINES = 600

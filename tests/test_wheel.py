@@ -122,8 +122,21 @@ def test_demo_runs_from_any_folder(installed):
 def test_drills_list_and_start_from_any_folder(installed):
     res = _perfkit(installed, "drill", "list")
     assert res.returncode == 0, res.stderr
-    assert "release-regression" in res.stdout and "dataloader-starvation" in res.stdout
+    assert "drill-01" in res.stdout and "release-regression" not in res.stdout  # neutral ids only
     res = _perfkit(installed, "drill", "start", "release-regression", "-o", "drill")
     assert res.returncode == 0, res.stdout + res.stderr
     assert (installed[2] / "drill" / "evidence" / "incident.yaml").exists()
     assert not (installed[2] / "drill" / "evidence" / "answer.yaml").exists()
+
+
+def test_hardware_tables_ship_in_the_wheel(installed):
+    """The GPU and model tables (data/hardware) are found from an installed wheel, outside the checkout."""
+    _, venv, work, env = installed
+    code = "from perfkit.core.hardware import gpu, model, table_dir; print(table_dir()); print(gpu('H100').key, model('llama-3.1-8b').layers)"
+    res = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    where, found = res.stdout.splitlines()
+    assert str(REPO) not in where and "share/perfkit/data/hardware" in where
+    assert found.split()[1] == "32"  # Llama 3.1 8B's config.json: num_hidden_layers 32

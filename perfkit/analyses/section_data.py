@@ -24,7 +24,7 @@ def training_table(ev: TrainingEvidence) -> pl.DataFrame:
         ("step time", ev.step_s, "s"),
         ("data wait (slowest rank)", ev.data_wait_share, "share"),
         ("exposed communication", ev.comm_share, "share"),
-        ("tokens/s", ev.tokens_per_s, "tok/s"),
+        ("tokens/s per GPU", ev.tokens_per_s, "tok/s"),
         ("loss roughness", ev.loss_roughness, "rel"),
         ("loss spikes", ev.loss_spikes, "count"),
     ):

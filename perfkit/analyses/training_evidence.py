@@ -21,12 +21,14 @@ bad batch does not read as an oscillating loss:
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 import polars as pl
 
+from perfkit.analyses.mfu import training_throughput
 from perfkit.core.frames import Window
 from perfkit.core.incident import Incident
 from perfkit.engine import ops
@@ -54,7 +56,7 @@ class TrainingEvidence:
     step_s: dict[str, float | None] = field(default_factory=dict)
     data_wait_share: dict[str, float | None] = field(default_factory=dict)
     comm_share: dict[str, float | None] = field(default_factory=dict)
-    tokens_per_s: dict[str, float | None] = field(default_factory=dict)
+    tokens_per_s: dict[str, float | None] = field(default_factory=dict)  # per GPU
     loss_roughness: dict[str, float | None] = field(default_factory=dict)
     loss_spikes: dict[str, int | None] = field(default_factory=dict)
     #: median |Δ step time| between consecutive scrapes / median step time (median over ranks)
@@ -62,6 +64,10 @@ class TrainingEvidence:
     #: mean |Δ DCGM_FI_DEV_GPU_UTIL| between consecutive scrapes, percentage points (mean over GPUs)
     util_swing_pct: dict[str, float | None] = field(default_factory=dict)
     scrape_s: float | None = None  # the grid the loss and jitter were read on
+    tokens_note: dict[str, str] = field(default_factory=dict)  # whose tokens/s it is
+    #: rank-mean loss by optimizer step from the trainer's log lines: "baseline" (logged before the
+    #: incident window) and "incident"; a step run twice (a restart from a checkpoint) is on both sides
+    loss_by_step: dict[str, dict[int, float]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -189,7 +195,12 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
             float(cast(float, waits["value"].mean())) if waits.height else None, step
         )
         ev.comm_share[side] = _share(S.gauge_stat(engine, "train_comm", w, "avg", combine="avg"), step)
-        ev.tokens_per_s[side] = S.counter_rate(engine, "train_tokens", w)
+        # tokens/s per GPU (the mean of the ranks that export), not the sum over the ranks that export:
+        # 11 of 32 exporting ranks, then 15 of 64, made a 32 -> 64 GPU resize read 0.98x the baseline
+        thr = training_throughput(engine, w)
+        ev.tokens_per_s[side] = thr.tokens_per_s_per_gpu if thr else None
+        if thr:
+            ev.tokens_note[side] = f"per GPU, the mean of {thr.ranks_reporting} exporting ranks"
         ev.step_jitter[side] = step_jitter(
             S.gauge_series(engine, "train_step", w, grid, combine="avg", by=("rank",))
         )
@@ -199,3 +210,46 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
             floor = ev.loss_roughness.get("baseline") if side == "incident" else None
             ev.loss_roughness[side], ev.loss_spikes[side] = loss_shape(values, floor)
     return ev
+
+
+# A trainer's log line with its step and loss, ANSI colours stripped first:
+#   perfkit's simulated trainer / many scripts:  "step 24000 | loss 1.9256 | lr 3.00e-04 | ..."
+#   torchtitan (torchtitan/train.py):            "step:  10  loss:  9.8785  memory: ..."
+#   Megatron-LM (megatron/training/training.py): "iteration      100/   10000 | ... | lm loss: 2.345678E+00 |"
+_STEP_LOSS = (
+    re.compile(
+        r"\bstep[:=]?\s*(\d{1,12})\b[^0-9\n]{0,40}?\bloss[:=]?\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+    ),
+    re.compile(
+        r"\biteration\s+(\d{1,12})\s*/\s*\d+\s*\|.*?\blm loss:\s*([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+    ),
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+MAX_LOSS_LINES = 200_000
+"""At most this many step/loss lines are read (a week of a step a second is 600k; a log that long
+is read for its latest lines, the ones nearest the incident)."""
+
+
+def loss_by_step(logs: pl.DataFrame | None, inc: Incident) -> dict[str, dict[int, float]] | None:
+    """The trainer's loss at each step, before the incident window and inside it (the mean over the
+    ranks that logged the step); None when the logs carry no step/loss lines."""
+    if logs is None or not logs.height or "message" not in logs.columns:
+        return None
+    lines = logs.filter(pl.col("message").str.contains("loss")).tail(MAX_LOSS_LINES)
+    sums: dict[str, dict[int, list[float]]] = {"baseline": {}, "incident": {}}
+    end = inc.window.end
+    for ts, message in zip(lines["ts"].to_list(), lines["message"].to_list(), strict=True):
+        if ts is None or message is None or ts > end:
+            continue
+        text = _ANSI.sub("", message)
+        for pattern in _STEP_LOSS:
+            m = pattern.search(text)
+            if m:
+                value = float(m.group(2))
+                if math.isfinite(value):
+                    side = "incident" if ts >= inc.window.start else "baseline"
+                    sums[side].setdefault(int(m.group(1)), []).append(value)
+                break
+    if not sums["baseline"] and not sums["incident"]:
+        return None
+    return {side: {step: sum(v) / len(v) for step, v in by.items()} for side, by in sums.items()}

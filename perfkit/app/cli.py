@@ -422,110 +422,34 @@ def lab_down(names: tuple[str, ...]) -> None:
         state.unlink()  # in every case: our server cannot be running under that PID any more
 
 
-@cli.group()
-def drill() -> None:
-    """Game-day drills: recorded incidents served as if live, graded against their answer keys."""
+def _attach_drill() -> None:
+    """``perfkit drill list/start/check``: their commands live in :mod:`perfkit.app.drill_cli`."""
+    from perfkit.app.drill_cli import drill
+
+    cli.add_command(drill)
 
 
-@drill.command("list")
-def drill_list() -> None:
-    """Drills with their difficulty and a brief that gives nothing away."""
-    from rich.table import Table
-
-    from perfkit.app.console import make_console
-    from perfkit.app.drills import drills
-
-    table = Table(title="perfkit drills")
-    for col in ("name", "difficulty", "brief"):
-        table.add_column(col, overflow="fold")
-    for d in drills():
-        table.add_row(d.name, d.difficulty, d.brief)
-    make_console().print(table)
-
-
-@drill.command("start")
-@click.argument("name")
-@click.option(
-    "-o",
-    "--out",
-    "out",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="incident folder (default out/drills/NAME)",
-)
-@click.option("--live", is_flag=True, help="serve the metrics from a local Prometheus (perfkit lab) instead")
-@click.option("--lab/--no-lab", "start_lab", default=False, help="also open the runbook in JupyterLab")
-@scope_options
-def drill_start(name: str, out: str | None, live: bool, start_lab: bool, scope: str, hosts: str) -> None:
-    """Set up an incident folder for drill NAME: the evidence (answer hidden) and a parameterized runbook."""
-    from perfkit.app.drills import start
-    from perfkit.core.scope import parse_scope
-
-    parse_scope(scope, hosts)  # a typo fails before anything is written
-    folder = Path(out) if out else Path("out/drills") / name
-    bundle, runbook = start(name, folder, scope={"scope": scope, "hosts": hosts})
-    click.echo(f"drill {name}: evidence in {bundle}, runbook {runbook}")
-    if live:
-        from perfkit.app.lab_open import write_parameterized
-        from perfkit.sources.incident_file import read_incident
-
-        server, _ = _lab_start("prometheus", bundle, f"prometheus-drill-{name}")
-        incident = scoped_incident(read_incident(bundle / "incident.yaml"), scope, hosts)
-        params = lab_parameters(server.url, bundle.resolve(), incident)
-        from perfkit.app.drills import runbook_for
-
-        runbook = write_parameterized(runbook_for(bundle), folder, params)
-        click.echo(
-            f"live: metrics served by {server.url} (stop with: perfkit lab down prometheus-drill-{name})"
-        )
-    click.echo(
-        f"work the incident in {runbook}, then: perfkit drill check {name} --answer DIRECTION [--version V]"
-    )
-    if start_lab:
-        from perfkit.app.lab_open import open_runbook
-
-        open_runbook(str(runbook), folder, {}, start_lab=True)
-
-
-@drill.command("check")
-@click.argument("name")
-@click.option(
-    "--answer", "direction", required=True, help="the direction you conclude (a triage direction id)"
-)
-@click.option("--version", default=None, help="the suspect version, for a release regression")
-def drill_check(name: str, direction: str, version: str | None) -> None:
-    """Grade a trainee's conclusion, then explain the true cause with the evidence to look for."""
-    from perfkit.app.drills import check
-
-    grade = check(name, direction, version)
-    a, f = grade.answer, grade.found
-    click.echo(
-        ("CORRECT" if grade.correct else "NOT QUITE")
-        + f": the direction was {a['direction']}"
-        + (f", suspect version {a['suspect_version']}" if a.get("suspect_version") else "")
-    )
-    if grade.version_correct is False:
-        click.echo(f"  the direction is right but the version is not: {version or 'none given'}")
-    click.echo("evidence you should have seen:")
-    for line in a.get("evidence", []):
-        click.echo(f"  - {line}")
-    if a.get("fix"):
-        click.echo(f"fix: {a['fix']}")
-    click.echo(f"perfkit's triage: rank 1 {f['direction']} ({f['verdict']}): {f['why']}")
-    click.echo(f"  quick check: {f['check']}")
-    sys.exit(0 if grade.correct else 1)
+_attach_drill()
 
 
 def _attach() -> None:
     """Commands that live in their own modules: load tests, baselines and the gate, the lab server."""
+    from perfkit.app.compare_cli import compare
     from perfkit.app.gate_cli import baseline, gate
     from perfkit.app.loadgen_cli import bench
+    from perfkit.app.scaling_cli import scaling_cmd
     from perfkit.app.serve_cli import serve
+    from perfkit.app.trace_cli import trace
+    from perfkit.app.whatif_cli import whatif
 
     cli.add_command(bench)
     cli.add_command(baseline)
     cli.add_command(gate)
+    cli.add_command(trace)
+    cli.add_command(compare)
+    cli.add_command(scaling_cmd)
     lab.add_command(serve)
+    lab.add_command(whatif)
 
 
 _attach()

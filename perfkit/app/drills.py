@@ -1,12 +1,28 @@
-"""Drills for new SREs: embedded incidents served as if live, graded against their answer keys."""
+"""Drills for new SREs: embedded incidents served as if live, graded against their answer keys.
+
+A trainee sees a neutral id (``drill-07``, :mod:`perfkit.app.drill_ids`), the brief and the
+difficulty; the evidence folder, the incident id and the runbook name neither the scenario nor a
+direction (:mod:`perfkit.app.drill_evidence`) until :func:`check` has graded an answer. The
+instructor's view, :func:`answers`, keeps the names.
+
+A scenario's own name is accepted wherever an id is (``drill start kv-prefix-cache-thrash``): who
+types it knows it already. Everything then written and printed is labelled with what was typed,
+so the id of a name is never shown; the scan still removes every *other* scenario name and every
+direction from the copy.
+
+Starting is two steps, so a live mode can put its own server between them: :func:`prepare`
+(the neutral evidence folder) and :func:`write_runbook` (the parameterized runbook, with the
+bundle's parameters or a live source's); :func:`start` does both.
+"""
 
 from __future__ import annotations
 
-import shutil
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfkit.app.drill_ids import REGISTRY, assign, number_of
 from perfkit.app.grading import read_answer, scenario_dirs
 from perfkit.core.resources import SCENARIOS
 from perfkit.errors import ConfigError
@@ -14,71 +30,158 @@ from perfkit.triage.rows import ROWS
 
 # SCENARIOS: a checkout's; an installed wheel lists its specs instead
 DIRECTIONS = tuple(r.direction for r in ROWS)
+#: ids of the triage table a drill's evidence must not carry: directions and symptoms. A symptom
+#: id that is a plain word (``oom``) is what the evidence itself says ("CUDA OOM"), not a spoiler
+TABLE_IDS = tuple(
+    sorted(
+        {r.direction for r in ROWS} | {str(r.symptom) for r in ROWS if r.symptom and "_" in str(r.symptom)}
+    )
+)
+#: where ``drill start`` puts a drill without ``-o``: ``out/drills/<label>``
+DEFAULT_FOLDER = Path("out/drills")
+_ORDER = {"easy": 0, "medium": 1, "hard": 2}
 
 
 @dataclass
 class Drill:
-    name: str
+    name: str  # the scenario: shown to a trainee only once an answer is graded
     difficulty: str
     brief: str
     path: Path
+    id: str = ""  # drill-07 (perfkit.app.drill_ids)
 
 
 def drills(root: Path = SCENARIOS) -> list[Drill]:
-    """Every drill with its difficulty and brief: from the bundles' answer keys under ``root``, or,
-    where there are none (an installed wheel), from the embedded scenarios' specs; their bundles
-    are simulated into the user cache when a drill starts."""
+    """Every drill with its id, difficulty and brief: from the bundles' answer keys under ``root``,
+    or, where there are none (an installed wheel), from the embedded scenarios' specs; their
+    bundles are simulated into the user cache when a drill starts. Easy first, then by id."""
     out = []
     dirs = scenario_dirs(root)
     if dirs:
-        for d in dirs:
-            a = read_answer(d)
-            out.append(Drill(d.name, str(a.get("difficulty", "medium")), str(a.get("brief", "")), d))
+        for folder in dirs:
+            a = read_answer(folder)
+            out.append(
+                Drill(folder.name, str(a.get("difficulty", "medium")), str(a.get("brief", "")), folder)
+            )
     elif root == SCENARIOS:
         from perfkit.app.embedded import cache_root, specs
 
         for name, (spec, _) in specs().items():
             s = spec()
             out.append(Drill(name, str(s.difficulty), str(s.brief), cache_root() / name))
-    order = {"easy": 0, "medium": 1, "hard": 2}
-    return sorted(out, key=lambda x: (order.get(x.difficulty, 3), x.name))
+    ids = assign(d.name for d in out)
+    for d in out:
+        d.id = ids[d.name]
+    return sorted(out, key=lambda x: (_ORDER.get(x.difficulty, 3), number_of(x.id) or 0))
 
 
-def find(name: str, root: Path = SCENARIOS) -> Drill:
+def resolve(text: str, root: Path = SCENARIOS) -> tuple[Drill, str]:
+    """The drill ``text`` names (an id as typed, ``drill-7`` too, or a scenario's name) and the
+    label to show for it: the canonical id, or the name when a name was typed. Its bundle is
+    simulated first where the library has none (an installed wheel)."""
+    number = number_of(text)
     for d in drills(root):
-        if d.name == name:
+        if (number is not None and number_of(d.id) == number) or d.name == text.strip():
+            label = d.id if number is not None else d.name
             if not (d.path / "answer.yaml").is_file():
                 from perfkit.app.embedded import embedded_bundle
 
-                d.path = embedded_bundle(name)
-            return d
-    raise ConfigError(f"no drill named {name!r}: see `perfkit drill list`")
+                d.path = embedded_bundle(d.name)
+            return d, label
+    raise ConfigError(f"no drill {text!r}: the drills are drill-01, drill-02 ... (perfkit drill list)")
+
+
+def find(name: str, root: Path = SCENARIOS) -> Drill:
+    return resolve(name, root)[0]
+
+
+def answer_of(drill: Drill) -> dict[str, Any]:
+    """The answer key of ``drill`` without simulating its bundle: answer.yaml where it is, else
+    the embedded spec's (what the simulator writes into answer.yaml)."""
+    if (drill.path / "answer.yaml").is_file():
+        return read_answer(drill.path)
+    from perfkit.app.embedded import specs
+
+    spec = specs()[drill.name][0]()
+    return {"scenario": drill.name, "difficulty": spec.difficulty, "brief": spec.brief, **spec.answer}
+
+
+def answers(root: Path = SCENARIOS) -> list[tuple[Drill, dict[str, Any]]]:
+    """The instructor's view: every drill with its answer key (scenario, direction, version ...)."""
+    return [(d, answer_of(d)) for d in drills(root)]
+
+
+@dataclass
+class Prepared:
+    """A drill's folder once its evidence is in place, before its runbook is written."""
+
+    drill: Drill
+    label: str  # what the trainee sees: the id (or the scenario name they typed)
+    folder: Path
+    bundle: Path  # folder/evidence
+    runbook: str  # inference_latency or training_step
+    params: dict[str, Any]  # the runbook parameters for the bundle: bundle, scope/hosts
+    dropped: list[str] = field(default_factory=list)  # binary files left out: they named the answer
+    scenarios: tuple[str, ...] = ()  # every scenario name the evidence must not carry
+
+
+def prepare(
+    name: str,
+    out: Path | None = None,
+    *,
+    root: Path = SCENARIOS,
+    scope: dict[str, str] | None = None,
+) -> Prepared:
+    """Copy drill ``name``'s incident into ``out`` (default ``out/drills/<label>``) as
+    ``evidence/``: without its answer key, and with nothing that names the scenario or a
+    direction. ``scope``: the ``scope``/``hosts`` runbook parameters; by default the scope a fleet
+    drill's answer key names (the workload the page was about, not the answer)."""
+    from perfkit.app.drill_evidence import Leaks, copy_neutral
+
+    drill, label = resolve(name, root)
+    folder = out if out is not None else DEFAULT_FOLDER / label
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ConfigError(f"{folder}: not empty (a drill starts in a fresh folder)")
+    answer = read_answer(drill.path)
+    scenarios = tuple(
+        sorted(
+            {d.name for d in drills(root)}
+            | set(REGISTRY.values())
+            | {str(answer.get(k)) for k in ("scenario", "base_scenario") if answer.get(k)}
+        )
+    )
+    bundle = folder / "evidence"
+    copied = copy_neutral(drill.path, bundle, Leaks.of(scenarios, TABLE_IDS, label), label)
+    given = {k: v for k, v in (scope or {}).items() if v}
+    if not given and answer.get("scope"):  # a fleet drill: the workload in trouble is part of the page
+        given = {"scope": str(answer["scope"])}
+    params = {"bundle": str(bundle.resolve()), **given}
+    return Prepared(drill, label, folder, bundle, runbook_for(bundle), params, copied.dropped, scenarios)
+
+
+def write_runbook(prepared: Prepared, params: dict[str, Any] | None = None) -> Path:
+    """``<folder>/<runbook>.ipynb``, parameterized with ``params`` (default: the bundle's), from a
+    copy of the runbook whose cells name no scenario. Returns its path."""
+    from perfkit.app.drill_evidence import Leaks, neutral_runbook
+    from perfkit.app.lab_open import write_parameterized
+    from perfkit.app.run import find_runbook
+
+    leaks = Leaks.of(prepared.scenarios, TABLE_IDS, prepared.label)
+    with tempfile.TemporaryDirectory(prefix="perfkit-drill-") as tmp:
+        template = neutral_runbook(find_runbook(prepared.runbook), Path(tmp), leaks)
+        return write_parameterized(
+            str(template), prepared.folder, prepared.params if params is None else params
+        )
 
 
 def start(
     name: str, out: Path, *, root: Path = SCENARIOS, scope: dict[str, str] | None = None
 ) -> tuple[Path, Path]:
-    """Copy the incident (without its answer) into ``out`` and write a runbook parameterized for it
-    (``scope``: the ``scope``/``hosts`` runbook parameters; by default the scope a fleet drill's
-    answer key names, the workload the page was about).
+    """:func:`prepare` then :func:`write_runbook` with the bundle's parameters.
 
     Returns (bundle copy, runbook path)."""
-    drill = find(name, root)
-    if out.exists() and any(out.iterdir()):
-        raise ConfigError(f"{out}: not empty (a drill starts in a fresh folder)")
-    bundle = out / "evidence"
-    shutil.copytree(drill.path, bundle, ignore=shutil.ignore_patterns("answer.yaml"))
-    from perfkit.app.lab_open import write_parameterized
-
-    given = {k: v for k, v in (scope or {}).items() if v}
-    if not given:  # a fleet drill: the workload in trouble is part of the page, not of the answer
-        from perfkit.app.grading import read_answer
-
-        answer_scope = read_answer(drill.path).get("scope")
-        given = {"scope": str(answer_scope)} if answer_scope else {}
-    params = {"bundle": str(bundle.resolve()), **given}
-    runbook = write_parameterized(runbook_for(bundle), out, params)
-    return bundle, runbook
+    prepared = prepare(name, out, root=root, scope=scope)
+    return prepared.bundle, write_runbook(prepared)
 
 
 def runbook_for(bundle: Path) -> str:
@@ -96,20 +199,27 @@ class Grade:
     version_correct: bool | None
     answer: dict[str, Any]
     found: dict[str, Any]  # what perfkit's triage found (rank 1 and its verification)
+    drill: Drill | None = None
+    label: str = ""
 
 
 def check(name: str, direction: str, version: str | None = None, *, root: Path = SCENARIOS) -> Grade:
+    """Grade ``direction`` (and ``version``) for drill ``name``; the answer key comes back in the
+    grade, for the caller to show after the verdict. An unknown direction is refused first."""
     if direction not in (*DIRECTIONS, "none"):
         raise ConfigError(f"unknown direction {direction!r}: one of {', '.join(DIRECTIONS)} or none")
-    drill = find(name, root)
+    drill, label = resolve(name, root)
     answer = read_answer(drill.path)
     correct = direction == answer["direction"]
     want_version = answer.get("suspect_version")
     version_correct = None if want_version is None else (version == want_version)
     from perfkit.triage.table import triage_bundle
 
-    result = triage_bundle(drill.path)
+    scope = answer.get("scope")  # a fleet drill: which workload was paged about, as grading passes it
+    result = triage_bundle(drill.path, scope=str(scope) if scope else None)
     top = result.top
+    if top is not None and top.verification.verdict == "ruled_out":  # every row ruled out: no direction
+        top = None
     found = {
         "direction": top.row.direction if top else None,
         "verdict": top.verification.verdict if top else None,
@@ -117,4 +227,4 @@ def check(name: str, direction: str, version: str | None = None, *, root: Path =
         "check": top.row.check if top else "",
         "suspect_version": result.suspect_version,
     }
-    return Grade(correct and version_correct is not False, version_correct, answer, found)
+    return Grade(correct and version_correct is not False, version_correct, answer, found, drill, label)

@@ -382,3 +382,11 @@ def findings(ctx: Context) -> Section:
         restarts=[r.as_dict() for r in getattr(ctx.results.get("completeness"), "restarts", [])],
     )
     return show.findings_section(model)
+
+
+def verify_fix(ctx: Context) -> Any:
+    """Did the fix work? The incident window against the window after the fix (the ``after_*``
+    parameters); says it is skipped when none is given (:mod:`perfkit.app.runbook_compare`)."""
+    from perfkit.app.runbook_compare import verify_fix as run
+
+    return run(ctx)

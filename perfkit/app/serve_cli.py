@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
-from perfkit.errors import ConfigError, PerfkitError
+from perfkit.core.secrets import env_reference_error
+from perfkit.errors import ConfigError, PerfkitError, SecretLeak
 
 if TYPE_CHECKING:
     import socket
@@ -147,10 +148,10 @@ def run_sim(
     from perfkit.lab.servesim.config import load_config
     from perfkit.lab.servesim.server import SimServer, banner
 
-    if not _ENV_NAME.fullmatch(admin_token_env):
-        raise ConfigError(
-            f"--admin-token-env must name an environment variable: got {admin_token_env[:140]!r}"
-        )
+    # never quote the value: a token pasted in place of its variable's name would land in the terminal
+    message = env_reference_error("--admin-token-env", admin_token_env)
+    if message or not _ENV_NAME.fullmatch(admin_token_env):
+        raise SecretLeak(message or "--admin-token-env: the value is not an environment variable name")
     cfg = load_config(path)
     if model is not None:
         cfg = dataclasses.replace(cfg, served_model_name=model)  # ServeConfig checked the name
@@ -167,7 +168,9 @@ def run_sim(
         def make() -> SimServer:
             return SimServer(cfg, speed=speed, seed=config.seed, admin_token=token, log=log)
 
-        _serve_forever(sock, make, lambda url: click.echo(banner(cfg, url, speed)))
+        _serve_forever(
+            sock, make, lambda url: click.echo(banner(cfg, url, speed, admin_token_env, bool(token)))
+        )
     finally:
         if log is not None:
             log.close()

@@ -64,6 +64,16 @@ def make_window(start: Any, end: Any, *, what: str = "window") -> Window:
     return Window(a, b)
 
 
+def window_arg(text: str, what: str) -> Window | None:
+    """A command line's ``START/END`` (UTC ISO 8601) as a window; None when ``text`` is empty."""
+    if not text:
+        return None
+    start, sep, end = text.partition("/")
+    if not sep:
+        raise ConfigError(f"{what}: expected START/END (UTC ISO 8601), got {text[:80]!r}")
+    return make_window(start.strip(), end.strip(), what=what)
+
+
 def default_baseline(window: Window) -> Window:
     """Same length as the window, ending one window-length before it starts (with a 5-min gap)."""
     length = window.end - window.start

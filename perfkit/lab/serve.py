@@ -23,7 +23,8 @@ sends it on the first engine output); ``stream_options.include_usage`` adds a la
 ``"choices": []`` and the ``usage``; ``continuous_usage_stats`` (only with include_usage, as vLLM's
 ``should_include_usage``) puts the running usage on every chunk.
 
-**Errors**, OpenAI-style ``{"error": {"message", "type", "param", "code"}}``: bad JSON or field -> 400;
+**Errors**, OpenAI-style ``{"error": {"message", "type", "param", "code"}}``: bad JSON (also an integer
+over Python's 4,300 digits or nesting past its recursion limit) or field -> 400;
 no model -> 400 (vLLM would take its default: a benchmark must name its model); another model -> 404
 ``The model `x` does not exist.`` as vLLM; a body over 4 MiB -> 413.
 
@@ -321,8 +322,8 @@ class ReferenceServer:
                 body = json.loads(await request.read())
             except web.HTTPRequestEntityTooLarge:
                 raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes") from None
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ApiError(400, f"invalid JSON: {exc}") from None
+            except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, >4,300 digits, deep nesting
+                raise ApiError(400, f"invalid JSON: {str(exc)[:200]}") from None
             req = parse_request(body, chat, self.config.model)
         except ApiError as exc:
             return error_response(exc.status, str(exc))

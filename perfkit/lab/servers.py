@@ -1,10 +1,15 @@
-"""Start a real Prometheus or VictoriaMetrics on 127.0.0.1 with a bundle's metrics loaded; stop it by PID.
+"""Start a real Prometheus or VictoriaMetrics on 127.0.0.1 with a bundle's metrics loaded, or a real
+Prometheus scraping local targets; stop it by PID.
 
 * Prometheus: the bundle's OpenMetrics files are merged and backfilled with
   ``promtool tsdb create-blocks-from openmetrics`` into a fresh data dir, then Prometheus starts on
   it with a 10-year retention (retention counts from the newest block, so old incidents survive).
 * VictoriaMetrics: starts empty, then the samples are imported through ``/api/v1/import/prometheus``
   (Prometheus text with millisecond timestamps) and flushed so queries see them at once.
+* :func:`start_scraping`: Prometheus on an empty data dir scraping ``127.0.0.1`` targets (a live
+  drill's simulator) every few seconds.
+* :class:`Spawned`: any other process perfkit started detached (a simulator, a load generator),
+  recorded by PID, argv and start time and stopped only while it is still that process.
 """
 
 from __future__ import annotations
@@ -328,23 +333,30 @@ def start_prometheus(bundle: Path, workdir: Path, *, port: int = 0, detach: bool
     merged.unlink()
     cfg = workdir / "prometheus.yml"
     cfg.write_text("global: {scrape_interval: 15s, evaluation_interval: 15s}\nscrape_configs: []\n")
+    return _run_prometheus(prom, cfg, data, workdir, port, detach, source=str(bundle))
+
+
+def _run_prometheus(
+    prom: str, cfg: Path, data: Path, workdir: Path, port: int | None, detach: bool, *,
+    source: str, extra: list[str] | None = None,
+) -> LabServer:  # fmt: skip
+    """Prometheus on 127.0.0.1 (``port``, else a free one) over ``cfg`` and the TSDB ``data``, its log
+    in ``workdir``; returns once it answers ``/-/ready``."""
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     log = workdir / "prometheus.log"
-    proc = _popen(
-        [
-            prom,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=3650d",
-        ],
-        log,
-        detach,
-    )
+    argv = [
+        prom,
+        f"--config.file={cfg}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=3650d",
+        *(extra or []),
+    ]
+    proc = _popen(argv, log, detach)
     cmdline, started = _spawned(proc)
     _wait_ready(url, "/-/ready", proc, log)
-    return LabServer("prometheus", url, proc.pid, str(data), str(log), str(bundle), cmdline, started)
+    return LabServer("prometheus", url, proc.pid, str(data), str(log), source, cmdline, started)
 
 
 def prometheus_text_ms(metric_files: list[Path]) -> str:
@@ -417,3 +429,162 @@ def start(engine: str, bundle: Path, workdir: Path, *, port: int = 0, detach: bo
         return start_victoriametrics(bundle, workdir, port=port, detach=detach)
     binary(engine)  # raises the clear error
     raise AssertionError("unreachable")
+
+
+# -- a Prometheus scraping live local targets ----------------------------------------------------------
+
+MIN_SCRAPE_S = 0.2
+"""The shortest scrape interval :func:`start_scraping` takes: a scrape of a simulator's /metrics (a few
+hundred series) costs ~10 ms of its CPU; five a second is already 5 % of a core."""
+MAX_SCRAPE_S = 60.0
+"""Prometheus' own default (``global.scrape_interval: 1m``); rarer scrapes leave rate() with too few points."""
+
+
+def _loopback_target(target: str) -> str:
+    """``127.0.0.1:PORT`` (or ``localhost:PORT``), else ConfigError: a lab Prometheus scrapes this host only."""
+    host, sep, port = target.rpartition(":")
+    if not sep or host not in ("127.0.0.1", "localhost") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"scrape target {target[:80]!r}: a lab Prometheus scrapes 127.0.0.1:PORT only")
+    return target
+
+
+def scrape_config(targets: list[str], interval_s: float, job: str = "engine") -> str:
+    """A ``prometheus.yml`` scraping ``targets`` every ``interval_s`` seconds (ms resolution), its
+    samples' own timestamps honoured (``honor_timestamps``, Prometheus' default, stated)."""
+    if not MIN_SCRAPE_S <= interval_s <= MAX_SCRAPE_S:
+        raise ConfigError(
+            f"scrape interval {interval_s!r} s: expected {MIN_SCRAPE_S:g} to {MAX_SCRAPE_S:g} seconds"
+        )
+    if not targets:
+        raise ConfigError("a scraping Prometheus needs at least one 127.0.0.1 target")
+    if not job.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError(f"scrape job {job[:40]!r}: letters, digits, - and _ only")
+    ms = max(1, round(interval_s * 1000))
+    listed = ", ".join(f'"{_loopback_target(t)}"' for t in targets)
+    return (
+        f"global: {{scrape_interval: {ms}ms, scrape_timeout: {ms}ms, evaluation_interval: {ms}ms}}\n"
+        "scrape_configs:\n"
+        f"  - job_name: {job}\n"
+        "    honor_timestamps: true\n"
+        f"    static_configs: [{{targets: [{listed}]}}]\n"
+    )
+
+
+def start_scraping(
+    targets: list[str],
+    workdir: Path,
+    *,
+    interval_s: float = 5.0,
+    port: int = 0,
+    detach: bool = False,
+    job: str = "engine",
+    past_s: float = 0.0,
+) -> LabServer:
+    """A real Prometheus on 127.0.0.1 with a fresh data dir under ``workdir``, scraping ``targets``
+    (``127.0.0.1:PORT`` each) every ``interval_s`` seconds; stopped by PID like the others
+    (:meth:`LabServer.stop`). Returns once ``/-/ready`` answers.
+
+    ``past_s``: how far behind the wall clock the targets' own sample timestamps may lie. Prometheus
+    appends to its head block only samples newer than its newest (its own ``up`` series, at the wall
+    clock) minus half a block range (``--storage.tsdb.min-block-duration``, 2 h by default, so one
+    hour); the block range is raised to twice ``past_s`` plus an hour, in whole hours, when that
+    is more than the default. Those flags are Prometheus' own (hidden, ``--help-long`` lists them
+    not) and keep their meaning across 2.x."""
+    prom = binary("prometheus")
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg = workdir / "prometheus.yml"
+    cfg.write_text(scrape_config(targets, interval_s, job))
+    data = workdir / "tsdb"
+    return _run_prometheus(prom, cfg, data, workdir, port, detach, source="", extra=_block_flags(past_s))
+
+
+def _block_flags(past_s: float) -> list[str]:
+    hours = int(-(-(2 * past_s + 3600) // 3600))
+    if hours <= 2:  # Prometheus' default block range already takes it
+        return []
+    return [f"--storage.tsdb.min-block-duration={hours}h", f"--storage.tsdb.max-block-duration={hours}h"]
+
+
+# -- any other detached process ---------------------------------------------------------------------
+
+
+@dataclass
+class Spawned:
+    """A process perfkit started (``name`` says which), recorded right after it was spawned: its PID,
+    argv and start time (clock ticks since boot, Linux). :meth:`stop` signals it only while that PID
+    still runs exactly that argv since that time, through a pidfd where there is one."""
+
+    name: str
+    pid: int
+    cmdline: list[str]
+    started: int | None = None
+
+    @classmethod
+    def of(cls, name: str, proc: subprocess.Popen) -> Spawned:
+        cmdline, started = _spawned(proc)
+        return cls(name, proc.pid, cmdline, started)
+
+    def problem(self) -> str | None:
+        """What is wrong with the recorded fields (a state file is JSON anyone may edit)."""
+        if not isinstance(self.pid, int) or isinstance(self.pid, bool) or not 1 < self.pid < 2**31:
+            return f"pid {self.pid!r} is not a process id (an integer > 1)"
+        if (
+            not isinstance(self.cmdline, list)
+            or not self.cmdline
+            or not all(isinstance(a, str) for a in self.cmdline)
+        ):
+            return f"cmdline {_short(repr(self.cmdline))} is not a non-empty list of strings"
+        if self.started is not None and (not isinstance(self.started, int) or self.started < 0):
+            return f"started {self.started!r} is not a start time (an integer, or null)"
+        return None
+
+    def running(self) -> bool:
+        """Whether the recorded process still runs (same argv, same start time)."""
+        if self.problem():
+            return False
+        identity = process_identity(self.pid)
+        return identity is not None and self._refusal(*identity) is None
+
+    def _refusal(self, argv: list[str], started: int | None) -> str | None:
+        if argv != self.cmdline:
+            why = "its command line differs"
+        elif self.started is not None and started != self.started:
+            why = "it started at another time"
+        else:
+            return None
+        return f"pid {self.pid} is no longer the {self.name} perfkit started ({why}); not signalled"
+
+    def stop(self, timeout_s: float = 10.0, first: int = signal.SIGTERM) -> bool:
+        """Send ``first`` (SIGTERM; SIGINT lets a load generator write what it measured), then
+        SIGKILL after ``timeout_s``. True when it was running and has stopped, False when it was not
+        running; :class:`NotOurProcess` (nothing signalled) when the PID now runs something else."""
+        problem = self.problem()
+        if problem:
+            raise NotOurProcess(f"malformed state of {self.name}: {problem}; nothing signalled")
+        handle = _pidfd(self.pid)
+        try:
+            identity = process_identity(self.pid)
+            if identity is None:
+                _reap(self.pid)
+                return False
+            refusal = self._refusal(*identity)
+            if refusal:
+                raise NotOurProcess(refusal)
+            if not _signal(handle, self.pid, first):
+                return False
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if _exited(self.pid, identity[1]):
+                    return True
+                time.sleep(0.05)
+            _signal(handle, self.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            while not _exited(self.pid, identity[1]) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return True
+        finally:
+            if handle is not None:
+                os.close(handle)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)

@@ -19,6 +19,13 @@ from perfkit.report.notebook import REDACTED, ExecutedNotebook, redact_text
 
 #: Findings shown in their own section; every other finding goes to the appendix.
 SECTION_FINDINGS = ("changes", "stages", "gpu", "cost", "postmortem")
+#: A training job's postmortem shows its step breakdown (the ``train_*`` gauges, the profiler
+#: traces per rank, the scaling between phases) where an inference one shows latency stages, its
+#: efficiency and memory beside the GPU state, and its training cost as the cost
+#: (:mod:`perfkit.app.runbook_training`).
+BREAKDOWN_FINDINGS = ("scaling", "trace", "trace_ranks", "training")
+GPU_FINDINGS = ("efficiency", "memory")
+TRAINING_COST = "training_cost"
 VERDICTS = ("confirmed", "ruled_out", "inconclusive")
 
 
@@ -86,7 +93,7 @@ class Document:
     changes: FindingView | None
     stages_text: str
     stages: FindingView | None
-    triage_rows: list[dict[str, str]]
+    triage_rows: list[dict[str, str]]  # the rows that apply to the workload
     root_cause: str
     top_direction: str
     gpu: FindingView | None
@@ -97,11 +104,44 @@ class Document:
     appendix: list[FindingView]
     provenance: dict[str, Any]
     views: dict[str, FindingView]
+    workload: str = "unknown"  # training | serving | mixed | unknown: which layout and wording
+    breakdown: list[FindingView] = field(default_factory=list)  # training: per rank, per phase
+    gpu_more: list[FindingView] = field(default_factory=list)  # training: efficiency, memory
+    triage_na: list[dict[str, str]] = field(default_factory=list)  # rows about the other workload
+
+    @property
+    def training(self) -> bool:
+        return self.workload == "training"
+
+    @property
+    def stages_title(self) -> str:
+        return "Step breakdown: per rank and per phase" if self.training else "Per-stage analysis"
+
+    @property
+    def na_title(self) -> str:
+        """The line above the rows that do not apply (perfkit's own words)."""
+        job = {"training": "a training job", "serving": "a serving workload"}.get(
+            self.workload, "this workload"
+        )
+        n = len(self.triage_na)
+        return f"{n} row{'' if n == 1 else 's'} not applicable to {job} (nothing of theirs fired; not part of the trail)"
 
     @property
     def shown(self) -> list[FindingView]:
         """The findings whose table and figure appear in the document."""
-        return [v for v in (self.changes, self.stages, self.gpu, self.cost, *self.appendix) if v is not None]
+        return [
+            v
+            for v in (
+                self.changes,
+                self.stages,
+                *self.breakdown,
+                self.gpu,
+                *self.gpu_more,
+                self.cost,
+                *self.appendix,
+            )
+            if v is not None
+        ]
 
     @property
     def has_figures(self) -> bool:
@@ -128,6 +168,13 @@ def build_document(nb: ExecutedNotebook, *, now: datetime | None = None) -> Docu
         )
     triage = findings.get("triage")
     triage_data = triage.data if triage else {}
+    workload = _text(model.get("workload")) or workload_of(triage_data)
+    rows = triage_rows(model.get("triage_checked"), triage_data)
+    training = workload == "training"
+    breakdown = [views[k] for k in BREAKDOWN_FINDINGS if training and k in views]
+    gpu_more = [views[k] for k in GPU_FINDINGS if training and k in views]
+    cost = views.get(TRAINING_COST) if training and TRAINING_COST in views else views.get("cost")
+    placed = {*SECTION_FINDINGS, *(v.key for v in (*breakdown, *gpu_more)), *([cost.key] if cost else [])}
     generated = utc(now) if now else datetime.now(UTC)
     header = {
         "title": str(model.get("title") or f"Postmortem: {nb.runbook}"),
@@ -155,17 +202,21 @@ def build_document(nb: ExecutedNotebook, *, now: datetime | None = None) -> Docu
         changes=views.get("changes"),
         stages_text=_text(model.get("stages")),
         stages=views.get("stages"),
-        triage_rows=triage_rows(model.get("triage_checked"), triage_data),
+        triage_rows=[r for r in rows if r["applies"] != "no"],
         root_cause=_text(model.get("root_cause")),
         top_direction=top_direction(triage_data),
         gpu=views.get("gpu"),
-        cost=views.get("cost"),
+        cost=cost,
         timeline=timeline_rows(model.get("timeline")),
         action_items=action_rows(model.get("action_items")),
         missing=missing_evidence(model.get("missing"), findings),
-        appendix=_ordered([v for k, v in views.items() if k not in SECTION_FINDINGS]),
+        appendix=_ordered([v for k, v in views.items() if k not in placed]),
         provenance=provenance(nb),
         views=views,
+        workload=workload,
+        breakdown=breakdown,
+        gpu_more=gpu_more,
+        triage_na=[r for r in rows if r["applies"] == "no"],
     )
 
 
@@ -274,9 +325,15 @@ def _verdict(value: Any) -> str:
     return text if text in VERDICTS else (text or "inconclusive")
 
 
+def _applies(value: Any) -> str:
+    """``"no"`` only for a row recorded as not applying to the workload (``applies: false``)."""
+    return "no" if value is False else "yes"
+
+
 def triage_rows(checked: Any, triage_data: Mapping[str, Any]) -> list[dict[str, str]]:
     """The triage trail: the model's ``triage_checked`` rows, or (when absent) rows built from the
-    ``triage`` finding's directions and symptoms. Each row: direction, symptom, detected, verdict, why."""
+    ``triage`` finding's directions and symptoms. Each row: direction, symptom, detected, verdict,
+    why, and applies (``"no"`` for a row about the other workload that did not fire)."""
     rows: list[dict[str, str]] = []
     if isinstance(checked, list) and checked:
         for row in checked:
@@ -288,6 +345,7 @@ def triage_rows(checked: Any, triage_data: Mapping[str, Any]) -> list[dict[str, 
                         "detected": format_cell(row.get("detected")),
                         "verdict": _verdict(row.get("verdict")),
                         "why": _text(row.get("why")),
+                        "applies": _applies(row.get("applies")),
                     }
                 )
         return rows
@@ -313,9 +371,47 @@ def triage_rows(checked: Any, triage_data: Mapping[str, Any]) -> list[dict[str, 
                 "detected": format_cell(detected.get(symptom)),
                 "verdict": _verdict(direction.get("verdict")),
                 "why": why,
+                "applies": _applies(direction.get("applies")),
             }
         )
     return rows
+
+
+#: Missing-evidence notes about the other workload's signals: a training job has no latency
+#: histograms (perfkit.analyses.baseline's and stages' notes), a server no train_* series
+#: (perfkit.triage.evidence's note). Their absence is no gap in the evidence.
+OTHER_WORKLOAD_NOTES = {
+    "training": re.compile(r"^(baseline: no \w+ histogram|stages: no )"),
+    "serving": re.compile(r"^training: no train_\* metrics"),
+}
+
+
+def about_rows(note: str, symptoms: set[str], workload: str = "") -> bool:
+    """Whether a missing-evidence note is about what does not apply to the workload: one of these
+    triage rows' (``"<symptom>: missing ..."``), or the other workload's signals."""
+    other = OTHER_WORKLOAD_NOTES.get(workload)
+    return any(note.startswith(f"{s}: missing") for s in symptoms if s) or bool(other and other.match(note))
+
+
+def workload_of(triage_data: Mapping[str, Any]) -> str:
+    """The incident's workload as the triage rows recorded it: the rows set apart are all about
+    serving (a training job) or all about training (a server); else ``unknown``."""
+    apart = {
+        _text(d.get("about"))
+        for d in triage_data.get("directions") or []
+        if isinstance(d, Mapping) and d.get("applies") is False
+    }
+    other = apart.pop() if len(apart) == 1 else ""
+    return {"serving": "training", "training": "serving"}.get(other, "unknown")
+
+
+def not_applicable_symptoms(triage_data: Mapping[str, Any]) -> set[str]:
+    """The symptoms of the triage rows recorded as not applying to the workload."""
+    return {
+        _text(d.get("symptom"))
+        for d in triage_data.get("directions") or []
+        if isinstance(d, Mapping) and d.get("applies") is False
+    }
 
 
 def _rank(direction: Mapping[str, Any]) -> float:
@@ -369,10 +465,13 @@ def missing_evidence(model_missing: Any, findings: Mapping[str, Finding]) -> lis
     """The model's missing evidence plus every finding's, de-duplicated (whitespace and case
     insensitive, first spelling kept). Each entry: ``{"text", "sections"}`` (who reported it)."""
     entries: dict[str, dict[str, Any]] = {}
+    triage = findings.get("triage")
+    na = not_applicable_symptoms(triage.data if triage else {})
+    workload = _text(postmortem_model(findings).get("workload")) or workload_of(triage.data if triage else {})
 
     def add(text: Any, section: str | None) -> None:
         shown = " ".join(_text(text).split())
-        if not shown:
+        if not shown or about_rows(shown, na, workload):  # the other workload's rows lack nothing
             return
         entry = entries.setdefault(shown.lower(), {"text": shown, "sections": []})
         if section and section not in entry["sections"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -11,9 +12,11 @@ import polars as pl
 from perfkit.analyses.baseline import BaselineComparison
 from perfkit.analyses.release import ReleaseCorrelation
 from perfkit.analyses.stages import StageBreakdown
-from perfkit.core.findings import ActionItem, PostmortemModel, TimelineRow
+from perfkit.core.findings import ActionItem, PostmortemModel, Table, TimelineRow
 from perfkit.core.frames import iso
 from perfkit.core.incident import Incident
+from perfkit.report.document import about_rows
+from perfkit.triage import thresholds as T
 from perfkit.triage.table import TriageResult
 
 DETECT_ACTIONS = {
@@ -23,6 +26,13 @@ DETECT_ACTIONS = {
     "decode_efficiency": "track TPOT p50 per release and per batch size on a dashboard",
     "kv_cache_allocation": "alert on KV-cache usage > 90 % with preemptions",
     "memory_oversubscription": "alert on CUDA OOM log lines and FB free < 5 %",
+    # training: the triage rows' own cut-offs (perfkit/triage/thresholds.py, each with its reason)
+    "data_pipeline": f"alert when the slowest rank's data wait (max by rank of train_data_wait_seconds) passes "
+    f"{T.DATA_WAIT_SHARE:.0%} of the step (train_step_duration_seconds)",
+    "network_communication": f"alert when exposed communication (train_comm_seconds) passes {T.COMM_SHARE:.0%} "
+    "of the step, and on tokens/s per GPU after every resize",
+    "training_instability": "alert on loss spikes against the run's own noise, and keep the data order seeded so a "
+    "bad stretch can be replayed",
 }
 
 
@@ -47,6 +57,17 @@ def breach_interval(
     return iso(ts[above[0]]), iso(end) if end else None
 
 
+@dataclass
+class JobTerms:
+    """A training job's impact for the postmortem, in the job's own terms."""
+
+    impact: Table  # metric | baseline | incident | change | note
+    headline: str  # one sentence for the summary: what the job lost
+    breakdown: str  # per rank and per phase, in words (replaces the latency stages)
+    severity: str
+    prevent: ActionItem
+
+
 def _fmt_s(v: float | None) -> str:
     if v is None:
         return "n/a"
@@ -65,11 +86,18 @@ def build(
     gpu_summary: str | None = None,
     cost_summary: str | None = None,
     restarts: list[dict[str, Any]] | None = None,
+    job: JobTerms | None = None,
 ) -> PostmortemModel:
+    """The postmortem's document model. ``job``: a training job's impact in its own terms (step
+    time, tokens/s, MFU, time lost; :mod:`perfkit.report.training_view`) in place of the latency
+    quantiles, its per-rank and per-phase breakdown in place of the latency stages."""
     top = triage.top if triage else None
     confirmed = triage.confirmed() if triage else []
     head = base.headline() if base else None
     slo = incident.slo
+    na = {r.row.symptom for r in triage.results if not r.applies} if triage else set()
+    workload = triage.workload if triage else ("training" if job is not None else "")
+    missing = [m for m in missing if not about_rows(m, na, workload)]  # the other workload's: no gaps
 
     # impact table: the rows with an SLO or a large change
     impact_rows: list[list[Any]] = []
@@ -106,6 +134,8 @@ def build(
         severity = "SEV-2"
     elif not breached:
         severity = "SEV-4"
+    if job is not None:
+        impact_rows, severity = [list(r) for r in job.impact["rows"]], job.severity
 
     ttft_series = release.series.get("TTFT p95") if release else None
     after = incident.baseline.end if incident.baseline else incident.window.start
@@ -116,7 +146,9 @@ def build(
         f"{incident.service} ({incident.model or 'model n/a'}) between {iso(incident.window.start)} and "
         f"{iso(incident.window.end)}:"
     ]
-    if head and head.ratio:
+    if job is not None and job.headline:
+        parts.append(job.headline)
+    elif head and head.ratio:
         parts.append(
             f"{head.metric} was {_fmt_s(head.incident)} against {_fmt_s(head.baseline)} in the baseline "
             f"({head.ratio:.1f}x)."
@@ -159,6 +191,7 @@ def build(
                     "score": round(res.score, 3),
                     "why": res.verification.why
                     + (f" (explained by {res.explained_by})" if res.explained_by else ""),
+                    "applies": res.applies,
                 }
             )
     if confirmed:
@@ -217,7 +250,9 @@ def build(
                 }
             )
     actions.append(
-        {
+        job.prevent
+        if job is not None
+        else {
             "action": "add a replayed-traffic load test (real prompt-length mix) as a release gate",
             "type": "prevent",
             "priority": "P1",
@@ -244,12 +279,16 @@ def build(
         "baseline": incident.baseline.as_dict() if incident.baseline else {},
         "summary": " ".join(parts),
         "impact": {
-            "columns": ["metric", "baseline", "incident", "change", "SLO", "breach"],
+            "columns": list(job.impact["columns"])
+            if job is not None
+            else ["metric", "baseline", "incident", "change", "SLO", "breach"],
             "rows": impact_rows,
         },
         "detection": detection,
         "trigger": release.summary() if release else "release history not analysed",
-        "stages": stages.summary() if stages else "per-stage analysis not available",
+        "stages": job.breakdown
+        if job is not None
+        else (stages.summary() if stages else "per-stage analysis not available"),
         "triage_checked": triage_checked,
         "root_cause": root,
         "timeline": timeline,

@@ -397,7 +397,7 @@ def training_section(
         f"{(share_w or 0):.0%} of the step on the slowest rank, exposed comm {(share_c or 0):.0%}"
     )
     if tps.get("baseline") and tps.get("incident") is not None:
-        summary += f"; tokens/s {tps['incident'] / tps['baseline']:.2f}x the baseline"
+        summary += f"; tokens/s per GPU {tps['incident'] / tps['baseline']:.2f}x the baseline"
     f = Finding(
         "training",
         "Training step breakdown",

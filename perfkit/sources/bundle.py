@@ -13,6 +13,13 @@ A bundle is untrusted (a drill from someone else, a capture from another machine
 * a FIFO, device or socket is never opened; it is listed in :attr:`Bundle.missing`;
 * every reader is bounded (:mod:`perfkit.sources.openmetrics`, :mod:`perfkit.sources.logs`,
   :mod:`perfkit.sources.safeyaml`; ``events.csv`` over :data:`MAX_EVENTS_BYTES` is not read).
+
+A bundle may carry PyTorch profiler traces (``traces/``, one ``.json`` or ``.json.gz`` file per rank):
+directly in ``traces/`` (one profiled run) or in sub-folders of it, one per run
+(``traces/baseline/``, ``traces/incident/``: ranks of two runs cannot share a folder). They are
+listed, not read (:attr:`Bundle.traces`, :meth:`Bundle.trace_runs`): ``perfkit.traces`` reads them,
+streamed and bounded. At most :data:`MAX_TRACE_FILES` files in :data:`MAX_TRACE_RUNS` runs are
+listed; what is left out, deeper folders and refused files are named in :attr:`Bundle.missing`.
 """
 
 from __future__ import annotations
@@ -37,6 +44,14 @@ from perfkit.sources.safeio import not_regular, outside, size_text
 
 MAX_EVENTS_BYTES = 64 * 2**20
 """Largest events.csv read: about half a million events, far more than any incident's history."""
+TRACE_SUFFIXES = (".json", ".gz")
+"""Trace file names as ``perfkit.traces`` reads them (``tensorboard_trace_handler`` writes
+``*.pt.trace.json`` or, gzipped, ``*.pt.trace.json.gz``)."""
+MAX_TRACE_FILES = 1024
+"""Trace files listed at most: one per rank of a 1024-GPU job profiled whole (profiling usually
+records a few ranks; each file is read streamed, so the bound is on the listing and the work)."""
+MAX_TRACE_RUNS = 64
+"""Sub-folders of ``traces/`` (profiled runs or windows) listed at most."""
 
 
 @dataclass
@@ -51,6 +66,17 @@ class Bundle:
     files: dict[str, list[str]] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     scope: ScopeReport | None = None  # what the workload scope kept (None: not scoped)
+    traces: list[Path] = field(default_factory=list)  # profiler trace files under traces/, sorted
+
+    def trace_runs(self) -> dict[str, list[Path]]:
+        """The trace files by profiled run: ``""`` for files directly in ``traces/``, else the name
+        of the sub-folder holding them (each one run: one file per rank)."""
+        runs: dict[str, list[Path]] = {}
+        base = self.path / "traces"
+        for p in self.traces:
+            rel = p.relative_to(base).parts
+            runs.setdefault(rel[0] if len(rel) > 1 else "", []).append(p)
+        return runs
 
 
 def load_bundle(
@@ -130,7 +156,10 @@ def load_bundle(
         missing.extend(f"logs: {err}" for err in result.errors)
     elif not any(m.startswith("logs: ") for m in missing):
         missing.append("logs: the bundle has no logs/")
-    return Bundle(root, inc, store, events, logs, stats, unknown, files, missing, report)
+    traces = _trace_members(root, missing)
+    if traces:
+        files["traces"] = [_rel(p, root) for p in traces]
+    return Bundle(root, inc, store, events, logs, stats, unknown, files, missing, report, traces)
 
 
 def read_scoped(
@@ -206,3 +235,55 @@ def _members(root: Path, folder: str, pattern: str, missing: list[str]) -> list[
         else:
             missing.append(f"{folder}: {_rel(p, root)} {refused}")
     return found
+
+
+def _trace_members(root: Path, missing: list[str]) -> list[Path]:
+    """The readable trace files of ``traces/`` and of its sub-folders (one level), bounded by
+    :data:`MAX_TRACE_FILES` and :data:`MAX_TRACE_RUNS`; refusals and what is left out go to
+    ``missing``. No ``traces/`` is not a gap: most bundles have none."""
+    where = root / "traces"
+    if not where.is_dir():
+        return []
+    outside_to = outside(where, root)
+    if outside_to is not None:
+        missing.append(f"traces: traces/ resolves outside the bundle (to {outside_to}), not read")
+        return []
+    found: list[Path] = []
+    runs = 0
+    for p in sorted(where.iterdir()):
+        if p.is_dir():
+            runs += 1
+            if runs > MAX_TRACE_RUNS:
+                missing.append(
+                    f"traces: more than {MAX_TRACE_RUNS} sub-folders; {_rel(p, root)} and later not read"
+                )
+                break
+            refused = _refusal_dir(p, root)
+            if refused is not None:
+                missing.append(f"traces: {_rel(p, root)} {refused}")
+                continue
+            for q in sorted(p.iterdir()):
+                if q.is_dir():
+                    missing.append(f"traces: {_rel(q, root)} is nested two folders deep, not read")
+                elif q.name.endswith(TRACE_SUFFIXES):
+                    found.append(q)
+        elif p.name.endswith(TRACE_SUFFIXES):
+            found.append(p)
+    kept: list[Path] = []
+    for p in found:
+        refused = _refusal(p, root)
+        if refused is not None:
+            missing.append(f"traces: {_rel(p, root)} {refused}")
+        elif len(kept) == MAX_TRACE_FILES:
+            missing.append(
+                f"traces: more than {MAX_TRACE_FILES} trace files; {_rel(p, root)} and later not read"
+            )
+            break
+        else:
+            kept.append(p)
+    return kept
+
+
+def _refusal_dir(path: Path, root: Path) -> str | None:
+    where = outside(path, root)
+    return None if where is None else f"resolves outside the bundle (to {where}), not read"

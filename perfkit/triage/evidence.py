@@ -15,7 +15,7 @@ from perfkit.analyses.baseline import BaselineComparison, compare
 from perfkit.analyses.onset import Onset, find_onset
 from perfkit.analyses.release import ReleaseCorrelation, correlate
 from perfkit.analyses.stages import StageBreakdown, breakdown
-from perfkit.analyses.training_evidence import gather_training
+from perfkit.analyses.training_evidence import gather_training, loss_by_step
 from perfkit.core.frames import Window
 from perfkit.core.incident import Incident
 from perfkit.engine import signals as S
@@ -288,6 +288,8 @@ def gather(
         missing.append("events: no deploy history (release_regression unchecked)")
     # the engine's settings (chunked prefill, batch limits): its start-up log lines, its info metrics
     config = engine_config(logs, engine, inc.window)
+    train = gather_training(engine, inc)
+    train.loss_by_step = loss_by_step(logs, inc)
     return Evidence(
         inc,
         base,
@@ -300,7 +302,7 @@ def gather(
         host,
         training,
         missing,
-        gather_training(engine, inc),
+        train,
         oom_shortfall(logs, inc.window),
         onset=onset,
         engine_config=config,

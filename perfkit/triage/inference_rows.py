@@ -11,7 +11,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from perfkit.analyses.memory import MIB, inference_memory
+from perfkit.analyses.memory_peak import states_vs_peak
 from perfkit.analyses.release import Shift, is_tail, tail_views
+from perfkit.analyses.roofline import SERVING_RATES, describe, lookup, mean_context, serving_roofline
+from perfkit.errors import ConfigError
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
 from perfkit.triage.row_types import (
@@ -269,7 +273,43 @@ def detect_tpot(ev: Evidence) -> Detection:
     return Detection(slower.ok, strength, facts, cuts=cuts_of(slower))
 
 
+def _decode_share(ev: Evidence) -> tuple[str, dict[str, Any]]:
+    """Decode's share of its HBM roofline in each window (analyses/roofline.py); tp = the GPU count."""
+    spec, gpu, why_not = lookup(ev.incident.model, ev.incident.hardware.gpu)
+    if spec is None or gpu is None:
+        return "", {"unavailable": why_not}
+    tp, tok = ev.incident.hardware.count, ev.per_token()
+    try:
+        sides = {
+            side: serving_roofline(
+                spec,
+                gpu,
+                tp,
+                running=ev.rate(side, "running_avg"),
+                tpot_s=ev.q(side, tok, 0.5),
+                **{k: ev.rate(side, k) for k in SERVING_RATES},
+            )
+            for side in ("baseline", "incident")
+        }
+    except ConfigError as exc:
+        return "", {"unavailable": str(exc)}
+    numbers = {"tp_assumed": tp, **{s: r.as_dict() for s, r in sides.items() if r is not None}}
+    now = sides["incident"]
+    return (describe(now, sides["baseline"], "tp assumed = the GPU count") if now else ""), numbers
+
+
 def verify_tpot(ev: Evidence) -> Verification:
+    """The decode row's verdict (:func:`_verify_tpot`), with decode's share of its roofline added to
+    the numbers and the why (reported only: no verdict hangs on it)."""
+    out = _verify_tpot(ev)
+    text, numbers = _decode_share(ev)
+    out.numbers["decode_roofline"] = numbers
+    if text:
+        out.why += f"; {text}"
+    return out
+
+
+def _verify_tpot(ev: Evidence) -> Verification:
     tok = ev.per_token()
     p50 = ev.ratio(tok, 0.5)
     # Offered decode load: more requests, or more tokens asked per request, both grow the batch.
@@ -502,4 +542,44 @@ def verify_oom(ev: Evidence) -> Verification:
         s = ev.release.suspect
         parts.append(f"it started with the {s['kind']} {s['version'] or s['detail']} at {s['ts']}")
         numbers["trigger"] = s
+    estimate, numbers["memory_estimate"] = _memory_estimate(ev)
+    parts.append(estimate)
     return Verification("confirmed", "; ".join(parts), numbers, cuts_of(seen))
+
+
+def _memory_estimate(ev: Evidence) -> tuple[str, dict[str, Any]]:
+    """The row's component-by-component estimate (analyses/memory.py) from the incident's model
+    and GPUs, or a plain sentence saying why there is none."""
+    spec, gpu, why_not = lookup(ev.incident.model, ev.incident.hardware.gpu)
+    if spec is None:
+        return f"no component estimate: {why_not}", {"unavailable": why_not}
+    used, count = ev.gpu.get("fb_used_max_incident"), ev.incident.hardware.count
+    if ev.train is not None and ev.train.present:
+        if used is None:
+            return "no component estimate: no DCGM_FI_DEV_FB_USED peak to split", {"unavailable": "FB_USED"}
+        split = states_vs_peak(spec, count, used * MIB, gpu.memory_gib * 2**30 if gpu else None)
+        text = split.summary() + (f"; first try: {split.first_try}" if split.first_try else "")
+        return (
+            text + " (micro-batch, sequence length and recomputation are not in incident.yaml)",
+            split.as_dict(),
+        )
+    cfg = {k: v.get("value") for k, v in ev.engine_config.items()}
+    context = mean_context(*(ev.rate("incident", k) for k in SERVING_RATES))
+    util, tokens, seqs = (
+        cfg.get(k) for k in ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")
+    )
+    try:
+        est = inference_memory(
+            spec,
+            gpu,
+            tp=count,
+            batch=ev.rate("incident", "running_avg") or 0.0,
+            context=context or 0.0,
+            max_num_batched_tokens=tokens if isinstance(tokens, int) else None,
+            max_num_seqs=seqs if isinstance(seqs, int) else None,
+            gpu_memory_utilization=util if isinstance(util, float) else None,
+            observed_bytes=used * MIB if used is not None else None,
+        )
+    except ConfigError as exc:
+        return f"no component estimate: {exc}", {"unavailable": str(exc)}
+    return est.summary(), est.as_dict()

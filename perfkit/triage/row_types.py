@@ -108,16 +108,28 @@ def _flat(tests: Iterable[Test]) -> list[Cut]:
     return [c for t in tests for c in t.cuts]
 
 
+def _robustness(test: Test) -> float:
+    """How far a test is from flipping: the smallest margin of its cuts (inf when none measured)."""
+    return min((c.margin for c in _flat((test,))), default=math.inf)
+
+
 def any_of(*tests: Test) -> Test:
-    """``a or b or ...``: true if one is; decided by the true ones, or (false) by all of them."""
+    """``a or b or ...``: true if one is, decided by the true one furthest from its cut-off (the
+    others being true as well changes nothing: the outcome holds while that one does); false,
+    decided by all of them."""
     true = [t for t in tests if t.ok]
-    return Test(True, tuple(_flat(true))) if true else Test(False, tuple(_flat(tests)))
+    if true:
+        return Test(True, tuple(_flat((max(true, key=_robustness),))))
+    return Test(False, tuple(_flat(tests)))
 
 
 def all_of(*tests: Test) -> Test:
-    """``a and b and ...``: false if one is; decided by the false ones, or (true) by all of them."""
+    """``a and b and ...``: false if one is, decided by the false one furthest from its cut-off;
+    true, decided by all of them."""
     false = [t for t in tests if not t.ok]
-    return Test(False, tuple(_flat(false))) if false else Test(True, tuple(_flat(tests)))
+    if false:
+        return Test(False, tuple(_flat((max(false, key=_robustness),))))
+    return Test(True, tuple(_flat(tests)))
 
 
 def negate(test: Test) -> Test:

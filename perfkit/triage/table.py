@@ -1,4 +1,13 @@
-"""Run the whole triage table on an incident's evidence and rank the directions (DESIGN.md §5 JSON)."""
+"""Run the whole triage table on an incident's evidence and rank the directions (DESIGN.md §5 JSON).
+
+Which rows apply: the serving rows read vLLM's histograms and counters, the training rows a training
+loop's ``train_*`` series (:data:`ROW_WORKLOAD`). The evidence says which workload the incident is
+(:func:`workload_kind`); a row about the other workload that did not fire is marked ``applies:
+false`` (its verdict, usually "inconclusive: missing ...", is kept for the JSON's readers), so a
+postmortem can list it apart instead of in the trail. A row that fired always applies: its
+evidence is there whatever the workload. Each direction of the JSON carries ``applies`` and
+``about`` (the row's workload); the incident's is :attr:`TriageResult.workload`.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +21,46 @@ from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
 from perfkit.triage.rows import EXPLAINS, ROWS, Detection, Row, Verification
 
+#: The workload each direction's row is about. The training rows (data pipeline, communication,
+#: loss) read ``train_*`` step gauges and a step's communication share; the serving rows vLLM's
+#: latency histograms, queue and KV-cache gauges. Out-of-memory and a deploy happen to both.
+ROW_WORKLOAD: dict[str, str] = {
+    "data_pipeline": "training",
+    "network_communication": "training",
+    "training_instability": "training",
+    "kv_cache_allocation": "serving",
+    "decode_efficiency": "serving",
+    "scheduler_queueing": "serving",
+    "prefill_decode_interference": "serving",
+    "memory_oversubscription": "any",
+    "release_regression": "any",
+}
+WORKLOADS = ("training", "serving", "mixed", "unknown")
+
+
+def workload_kind(ev: Evidence) -> str:
+    """``training`` when only a training loop's ``train_*`` series are there, ``serving`` when only
+    vLLM's latency histograms or token counters are, ``mixed`` for both, ``unknown`` for neither
+    (then every row applies)."""
+    training = bool(getattr(ev.train, "present", False))
+    sides = ("baseline", "incident")
+    serving = any(
+        ev.q(side, signal, 0.5) is not None for side in sides for signal in ("ttft", "e2e", "tpot", "itl")
+    ) or any(
+        ev.rate(side, name) is not None
+        for side in sides
+        for name in ("requests_per_s", "generated_tokens_per_s")
+    )
+    return {(True, False): "training", (False, True): "serving", (True, True): "mixed"}.get(
+        (training, serving), "unknown"
+    )
+
+
+def applies(direction: str, kind: str) -> bool:
+    """Whether ``direction``'s row is about an incident of workload ``kind``."""
+    about = ROW_WORKLOAD.get(direction, "any")
+    return about == "any" or kind in ("mixed", "unknown") or about == kind
+
 
 @dataclass
 class RowResult:
@@ -20,6 +69,7 @@ class RowResult:
     verification: Verification
     score: float
     explained_by: str | None = None
+    applies: bool = True  # False: a row about the other workload that did not fire (ROW_WORKLOAD)
 
 
 @dataclass
@@ -32,6 +82,7 @@ class TriageResult:
     scope: dict[str, Any] | None = None  # the workload scope and what it kept (None: everything)
     workloads: list[dict[str, Any]] = field(default_factory=list)  # found when not scoped
     judged: dict[str, Any] | None = None  # the span the rows judged (onset to end) and why
+    workload: str = "unknown"  # training | serving | mixed | unknown (workload_kind)
 
     @property
     def top(self) -> RowResult | None:
@@ -66,6 +117,8 @@ class TriageResult:
                     },
                     "next_step": r.row.next_step,
                     "explained_by": r.explained_by,
+                    "applies": r.applies,
+                    "about": ROW_WORKLOAD.get(r.row.direction, "any"),
                     "suspect_version": self.suspect_version
                     if r.row.direction == "release_regression"
                     else None,
@@ -112,6 +165,7 @@ def run(ev: Evidence) -> TriageResult:
     """Detect every row; verify the rows that fired; rank by strength x verdict, causes over effects."""
     results: list[RowResult] = []
     missing = list(ev.missing)
+    kind = workload_kind(ev)
     for row in ROWS:
         det = row.detect(ev)
         for m in det.missing:
@@ -125,7 +179,7 @@ def run(ev: Evidence) -> TriageResult:
         else:
             ver = Verification("ruled_out", f"symptom not present: {row.seen_as}", {})
         score = det.strength * T.VERDICT_WEIGHT[ver.verdict] if det.detected else 0.0
-        results.append(RowResult(row, det, ver, score))
+        results.append(RowResult(row, det, ver, score, applies=det.detected or applies(row.direction, kind)))
     by_dir = {r.row.direction: r for r in results}
     confirmed_causes = sorted(
         (r for r in results if r.verification.verdict == "confirmed" and r.row.direction in EXPLAINS),
@@ -142,7 +196,9 @@ def run(ev: Evidence) -> TriageResult:
     results.sort(key=lambda r: (-r.score, _order(r.row)))
     judged = ev.onset.as_dict() if ev.onset else None
     window = ev.onset.window.as_dict() if ev.onset else ev.incident.window.as_dict()
-    return TriageResult(ev.incident.id, window, results, missing, ev.release.suspect_version, judged=judged)
+    return TriageResult(
+        ev.incident.id, window, results, missing, ev.release.suspect_version, judged=judged, workload=kind
+    )
 
 
 def triage_evidence(

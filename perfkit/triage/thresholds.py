@@ -24,12 +24,20 @@ from perfkit.analyses.changepoints import MIN_SEGMENT_POINTS as MIN_SEGMENT_POIN
 from perfkit.analyses.changepoints import SHIFT_SCORE as SHIFT_SCORE
 from perfkit.analyses.changepoints import SMOOTH_POINTS as SMOOTH_POINTS
 
+# memory estimate (analyses/memory.py), in the OOM row's why only: when it agrees with FB_USED
+from perfkit.analyses.memory import AGREE_SHARE as AGREE_SHARE
+
 # release correlation (analyses/release.py): which shift a deploy is blamed for
 from perfkit.analyses.release import ALIGN_AFTER_STEPS as ALIGN_AFTER_STEPS
 from perfkit.analyses.release import ALIGN_BEFORE_STEPS as ALIGN_BEFORE_STEPS
 from perfkit.analyses.release import ALIGN_MIN_S as ALIGN_MIN_S
 from perfkit.analyses.release import MIN_STEP_S as MIN_STEP_S
 from perfkit.analyses.release import PRE_DEPLOY_DRIFT as PRE_DEPLOY_DRIFT
+
+# decode roofline (analyses/roofline.py), in the decode-efficiency row's why only (no verdict hangs on it)
+from perfkit.analyses.roofline import NEAR_BOUND_SHARE as NEAR_BOUND_SHARE
+from perfkit.analyses.roofline import SAME_BATCH_RATIO as SAME_BATCH_RATIO
+from perfkit.analyses.roofline import SHARE_DROP_RATIO as SHARE_DROP_RATIO
 
 # training evidence (analyses/training_evidence.py): the loss's shape
 from perfkit.analyses.training_evidence import MIN_LOSS_POINTS as MIN_LOSS_POINTS

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from perfkit.analyses.training_evidence import MAD_TO_SD
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
 from perfkit.triage.row_types import (
@@ -281,13 +284,49 @@ def detect_loss(ev: Evidence) -> Detection:
     return Detection(seen.ok, strength, facts, cuts=cuts_of(seen))
 
 
+def same_step_loss(ev: Evidence) -> tuple[float | None, int]:
+    """The loss on the *same steps* before and in the incident window, when the evidence has step
+    numbers: a job relaunched from a checkpoint replays the steps since it (the same batches: the
+    data order is a function of the step), so a difference there is the optimisation's (or the
+    data order's), not a different batch's.
+
+    Reads ``TrainingEvidence.loss_by_step`` (``{"baseline": {step: loss}, "incident": {...}}``,
+    rank-mean loss by optimizer step: "baseline" every step logged before the incident window, by
+    whichever earlier launch ran it; "incident" those inside it), e.g. from a trainer's
+    ``step N | loss X`` log lines (:func:`perfkit.analyses.training_evidence.loss_by_step`). Returns (the same-step difference relative to the loss level,
+    divided by the baseline's roughness; shared steps), ``(None, n)`` when fewer than
+    ``MIN_LOSS_POINTS`` steps are shared or nothing to divide by."""
+    t = ev.train
+    by_step = getattr(t, "loss_by_step", None) if t else None
+    if not isinstance(by_step, dict):
+        return None, 0
+    b, i = by_step.get("baseline") or {}, by_step.get("incident") or {}
+    shared = sorted(set(b) & set(i))
+    rb = t.loss_roughness.get("baseline")
+    if len(shared) < T.MIN_LOSS_POINTS or not rb:
+        return None, len(shared)
+    diff = np.array([i[s] - b[s] for s in shared], dtype=np.float64)
+    level = float(np.median([b[s] for s in shared]))
+    if level <= 0:
+        return None, len(shared)
+    # a shift (the loss higher on the same batches) and a scatter (some batches far off) both count
+    spread = abs(float(np.median(diff))) + MAD_TO_SD * float(np.median(np.abs(diff - np.median(diff))))
+    return spread / level / rb, len(shared)
+
+
 def verify_loss(ev: Evidence) -> Verification:
+    """Is the loss less stable than in the baseline *on the same data*? On the same steps when the
+    evidence has step numbers for both windows (:func:`same_step_loss`); otherwise on the loss
+    curve's trend: each window's robust scatter around its own linear trend, which compares
+    different batches and holds only if both windows draw from the same shuffled mixture (said in
+    the verdict); inconclusive when neither comparison can be made, or when the step time moved."""
     t = ev.train
     wait, comm, step = t.data_wait_share, t.comm_share, t.step_s
     step_ratio = (
         step["incident"] / step["baseline"] if step.get("baseline") and step.get("incident") else None
     )
     ratio, spikes, base_spikes, rougher, recurring = _loss_tests(ev)
+    same, shared = same_step_loss(ev)
     numbers = {
         "loss_roughness": {k: _r(v, 4) for k, v in t.loss_roughness.items()},
         "loss_roughness_ratio": _r(ratio),
@@ -295,6 +334,9 @@ def verify_loss(ev: Evidence) -> Verification:
         "step_time_ratio": _r(step_ratio),
         "data_wait_share": _r(wait.get("incident")),
         "comm_share": _r(comm.get("incident")),
+        "same_steps": shared,
+        "same_step_difference_ratio": _r(same),
+        "compared_on": "same steps" if same is not None else "trend" if ratio is not None else None,
     }
     slowed = at_least(step_ratio, "STEP_SLOWDOWN_RATIO")
     if slowed:
@@ -305,10 +347,35 @@ def verify_loss(ev: Evidence) -> Verification:
             numbers,
             cuts_of(slowed),
         )
+    if same is not None:
+        differs = at_least(same, "LOSS_ROUGHNESS_RATIO")
+        if differs:
+            return Verification(
+                "confirmed",
+                f"on the same {shared} steps (the same batches, replayed after a relaunch) the loss differs "
+                f"from the baseline run's by {same:.1f}x the baseline's own scatter: the optimisation "
+                "changed (LR, warmup, data order), not the data",
+                numbers,
+                cuts_of(negate(slowed), differs),
+            )
+        return Verification(
+            "ruled_out",
+            f"on the same {shared} steps the loss matches the baseline run's ({same:.2f}x its scatter): "
+            "what moved is the data, not the optimisation",
+            numbers,
+            cuts_of(negate(slowed), differs),
+        )
     if ratio is None:
         return Verification(
-            "inconclusive", "no baseline loss to compare with (too few points in a window)", numbers
+            "inconclusive",
+            "no baseline loss to compare with (too few points in a window), and no step numbers to "
+            "compare the same steps",
+            numbers,
         )
+    basis = (
+        "compared on the loss curve's trend (each window's scatter around its own trend, on different "
+        "batches: no step numbers to compare the same steps)"
+    )
     unstable = any_of(rougher, recurring)
     if unstable:
         what = []
@@ -319,14 +386,14 @@ def verify_loss(ev: Evidence) -> Verification:
         return Verification(
             "confirmed",
             "; ".join(what) + " at the same throughput and pipeline health: the optimisation itself "
-            "(LR, warmup, data order) changed",
+            f"(LR, warmup, data order) changed; {basis}",
             numbers,
             cuts_of(negate(slowed), unstable),
         )
     return Verification(
         "ruled_out",
         f"the loss scatters as in the baseline ({ratio:.2f}x) and its {spikes} spike(s) are isolated: "
-        "the loss returns to its trend (a bad batch, not an instability)",
+        f"the loss returns to its trend (a bad batch, not an instability); {basis}",
         numbers,
         cuts_of(negate(slowed), unstable),
     )

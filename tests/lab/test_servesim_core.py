@@ -171,6 +171,23 @@ def test_a_config_file_is_read_and_its_name_is_in_errors(tmp_path):
         load_config(tmp_path / "missing.yaml")
 
 
+def test_a_config_file_takes_exponent_floats_and_refuses_control_characters(tmp_path):
+    path = tmp_path / "engine.yaml"
+    path.write_text("model: llama-3.1-8b\ngpu: h100\nallreduce_latency_s: 1e-5\nstep_overhead_s: 2E-3\n")
+    c = load_config(path)  # YAML 1.1 reads 1e-5 (no dot) as a string
+    assert (c.allreduce_latency_s, c.step_overhead_s) == (1e-5, 2e-3)
+    for bad in ("allreduce_latency_s: 'ten'", "allreduce_latency_s: 1e999", "allreduce_latency_s: '0.5'"):
+        path.write_text(f"model: llama-3.1-8b\ngpu: h100\n{bad}\n")
+        with pytest.raises(ConfigError, match=r"engine.yaml: allreduce_latency_s: expected a number"):
+            load_config(path)
+    for bad in ('"0.10\\n(APIServer pid=1) INFO fake"', '"0.10\\x1b[31m"'):
+        path.write_text(f"model: llama-3.1-8b\ngpu: h100\nvllm_version: {bad}\n")
+        with pytest.raises(ConfigError, match=r"vllm_version: expected 1 to 256 printable characters"):
+            load_config(path)
+    with pytest.raises(ConfigError, match="served_model_name: expected 1 to 256 printable"):
+        cfg(served_model_name="a\tb")
+
+
 def test_with_changes_parses_text_and_validates_the_whole():
     c = with_changes(
         cfg(),
@@ -179,8 +196,16 @@ def test_with_changes_parses_text_and_validates_the_whole():
     )
     assert (c.enable_chunked_prefill, c.max_num_seqs, c.gpu_memory_utilization) == (False, 128, 0.85)
     assert c.num_gpu_blocks() < cfg().num_gpu_blocks()
-    with pytest.raises(ConfigError, match=r"--set: max_num_seqs: expected an integer, got 'many'"):
+    with pytest.raises(ConfigError, match=r"--set: max_num_seqs: expected a positive integer, got 'many'"):
         with_changes(c, {"max_num_seqs": "many"}, "--set")
+    with pytest.raises(ConfigError, match=r"--set: max_num_seqs: expected a positive integer, got '-1'"):
+        with_changes(c, {"max_num_seqs": "-1"}, "--set")
+    with pytest.raises(ConfigError, match=r"max_num_seqs: expected a positive integer, got '\u00b2'"):
+        with_changes(c, {"max_num_seqs": "\u00b2"}, "--set")  # str.isdigit() says yes, int() no
+    assert with_changes(c, {"gpu_memory_utilization": "8.5e-1"}, "--set").gpu_memory_utilization == 0.85
+    for text in ("nan", "1_0", "0x1", "1e999"):
+        with pytest.raises(ConfigError, match="gpu_memory_utilization: expected a number"):
+            with_changes(c, {"gpu_memory_utilization": text}, "--set")
     with pytest.raises(ConfigError, match=r"--set: compute_efficiency: cannot be changed; settable: "):
         with_changes(c, {"compute_efficiency": "0.9"}, "--set")
     with pytest.raises(
@@ -401,6 +426,33 @@ def test_reconfigure_live_keeps_requests_and_applies_the_change():
     core.reconfigure(with_changes(core.cfg, {"block_size": 32, "enable_prefix_caching": True}, "fix"))
     core.add("x", 100, 5, 10.0, prefix_key="k", prefix_tokens=64)
     assert len(finished(run(core, now=10.0))) == 1
+
+
+def test_a_request_that_can_never_fit_a_config_change_is_dropped_and_the_rest_run_on():
+    core = EngineCore(cfg())
+    steps = run(core, until=0.05, arrivals=[(0.0, "long", 2, 8000, {}), (0.0, "short", 8, 100, {})])
+    now = steps[-1].start + steps[-1].duration_s
+    assert {r.rid for r in core.running} == {"long", "short"}
+    # a smaller cache and context: "long" (8,002 tokens) can never fit again; "short" (108) can
+    core.reconfigure(with_changes(core.cfg, {"max_model_len": 1024, "gpu_memory_utilization": 0.212}, "fix"))
+    assert core.busy
+    res = core.step(now)
+    assert [rid for rid, _ in res.dropped] == ["long"]
+    assert "8002 exceeds max_model_len 1024" in res.dropped[0][1]
+    later = run(core, until=now + 60, now=now + res.duration_s, arrivals=[(now + 1, "later", 8, 16, {})])
+    assert set(finished([res, *later])) == {"short", "later"} and not core.busy  # nothing hangs
+    assert core.kv_usage() == 0.0 and not any(s.dropped for s in later)
+
+
+def test_preemptions_of_a_live_reconfigure_are_in_the_next_step_result():
+    core = EngineCore(cfg())
+    arrivals = [(0.0, f"r{i}", 100, 50, {}) for i in range(3)]
+    steps = run(core, until=0.05, arrivals=arrivals)
+    assert len(core.running) == 3 and sum(s.preemptions for s in steps) == 0
+    core.reconfigure(with_changes(core.cfg, {"block_size": 32}, "fix"))  # a new cache: all recomputed
+    steps += run(core, now=steps[-1].start + steps[-1].duration_s)
+    done = finished(steps)
+    assert sum(s.preemptions for s in steps) == 3 == sum(f.preemptions for f in done.values())
 
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_another():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import statistics
 import subprocess
 import sys
@@ -28,7 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from perfkit.core.frames import Window
 from perfkit.lab.serve import serving
+from perfkit.lab.servesim.config import load_config
 from perfkit.lab.servesim.faults import FaultBoard, FaultError
+from perfkit.lab.servesim.server import banner
 from perfkit.sources.engine_config import engine_config_from_logs
 from perfkit.sources.logs import parse_lines
 
@@ -307,6 +310,15 @@ def test_admin_refuses_without_the_right_token(tmp_path, monkeypatch):
         too_long = {"fault": "long_prompt_tenant", "prompt_tokens": 8192, "max_tokens": 16}
         status, answer = admin(url, "/admin/faults", too_long)
         assert status == 400 and "max_model_len" in answer["error"]["message"]
+        status, answer = admin(url, "/admin/faults", {"fault": "surge", "max_tokens": 16384, "rate": 50})
+        message = answer["error"]["message"]  # with the default prompt (512) it could never be sent
+        assert status == 400 and "surge.max_tokens" in message and "512 (the default)" in message
+        assert (
+            admin(url, "/admin/faults", {"fault": "surge", "prompt_tokens": 8, "max_tokens": 4000})[0] == 200
+        )
+        status, answer = admin(url, "/admin/config", {"set": {"max_model_len": 2048}})
+        assert status == 409 and "max_model_len" in answer["error"]["message"]
+        assert admin(url, "/admin/faults", {"fault": "surge", "on": False})[0] == 200
         status, answer = admin(url, "/admin/faults", {"fault": "meteor"})
         assert status == 400 and "fault" in answer["error"]["message"]
         status, answer = admin(url, "/admin/faults")
@@ -387,6 +399,112 @@ def test_config_change_applies_live(tmp_path, admin_env):
     assert (
         engine_config_from_logs(records)["prefix_caching"] is True
     )  # the settings in force, as perfkit reads them
+
+
+async def _events(resp: aiohttp.ClientResponse, upto: int | None = None) -> list[str]:
+    out = []
+    async for line in resp.content:
+        if line.startswith(b"data: "):
+            out.append(line[6:].decode().rstrip("\n"))
+            if len(out) == upto:
+                break
+    return out
+
+
+def test_a_config_change_drops_what_can_never_fit_and_counts_its_preemptions(tmp_path, admin_env):
+    labels = {"model_name": MODEL, "engine": "0"}
+    shrink = {"set": {"max_model_len": 1024, "gpu_memory_utilization": 0.212}}
+
+    async def go(url: str) -> tuple[list[str], list[str], Reply]:
+        async with aiohttp.ClientSession() as session:
+            body = {"model": MODEL, "prompt": "hello world", "max_tokens": 8000, "stream": True}
+            async with session.post(url + "/v1/completions", json=body) as resp:
+                head = await _events(resp, 3)  # running
+                assert (await asyncio.to_thread(admin, url, "/admin/config", shrink))[0] == 200
+                dropped = head + await asyncio.wait_for(_events(resp), 10)  # never a silent hang
+            async with session.post(url + "/v1/completions", json=completion(900)) as resp:
+                head = await _events(resp, 3)  # a new cache restarts it: preempted, recomputed
+                on = {"set": {"enable_prefix_caching": True}}
+                assert (await asyncio.to_thread(admin, url, "/admin/config", on))[0] == 200
+                preempted = head + await asyncio.wait_for(_events(resp), 20)
+            later = await asyncio.wait_for(_post(session, url, completion(5), "/v1/completions", None), 10)
+        return dropped, preempted, later
+
+    with serving(engine_config=engine_yaml(tmp_path), speed=10) as url:
+        dropped, preempted, later = asyncio.run(go(url))
+        m = metrics(url)
+    assert dropped[-1] == "[DONE]" and len(dropped) < 100
+    error = json.loads(dropped[-2])["error"]  # vLLM's streamed error: {"error": {...}}, then [DONE]
+    assert error["code"] == 400 and "max_model_len 1024" in error["message"]
+    assert preempted[-1] == "[DONE]" and len([e for e in preempted if '"text":"' in e]) == 900
+    assert later.events[-1][1] == "[DONE]"
+    assert value(m, "vllm:request_success_total", finished_reason="abort", **labels) == 1
+    assert value(m, "vllm:num_preemptions_total", **labels) >= 1  # the restart's, not a step's
+
+
+def _raw(port: int, head: str, *parts: bytes, auth: bytes = b"") -> tuple[int, dict[str, Any]]:
+    """One request over a plain socket, its body in ``parts`` sent 50 ms apart (separate TCP segments)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        size = sum(map(len, parts))
+        host = (
+            f"Host: 127.0.0.1:{port}\r\n"  # HTTP/1.1 requires it (aiohttp >= 3.13 refuses a request without)
+        )
+        sock.sendall(
+            f"{head}\r\n{host}Content-Length: {size}\r\nConnection: close\r\n".encode() + auth + b"\r\n"
+        )
+        for part in parts:
+            time.sleep(0.05)
+            sock.sendall(part)
+        data = b"".join(iter(lambda: sock.recv(65536), b""))
+    status_line, _, rest = data.partition(b"\r\n")
+    return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
+
+
+def test_split_and_hostile_bodies_get_answers_and_the_banner_names_the_token_variable(tmp_path, admin_env):
+    err = tmp_path / "stderr"
+    args = ["--engine-config", str(engine_yaml(tmp_path)), "--port", "0", "--log-file", str(tmp_path / "log")]
+    with open(err, "w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "perfkit.app.serve_cli", *args], stdout=subprocess.PIPE, stderr=sink, text=True)  # fmt: skip
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert "admin on, token from $PERFKIT_LAB_ADMIN_TOKEN" in line and TOKEN not in line, line
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        bearer = f"Authorization: Bearer {TOKEN}\r\n".encode()
+        body = json.dumps({"fault": "thermal", "on": True, "decode_slowdown": 1.5}).encode()
+        status, answer = _raw(port, "POST /admin/faults HTTP/1.1", body[:9], body[9:], auth=bearer)
+        assert status == 200 and answer["faults"]["thermal"] == {"on": True, "decode_slowdown": 1.5, "clock_drop": 0.2}  # fmt: skip
+        for path in ("/v1/completions", "/admin/faults"):
+            for hostile in (b'{"max_tokens": ' + b"9" * 5000 + b"}", b"[" * 30000):
+                status, answer = _raw(port, f"POST {path} HTTP/1.1", hostile, auth=bearer)
+                assert status == 400 and "invalid JSON" in answer["error"]["message"], (path, answer)
+                assert answer["error"]["type"] == "BadRequestError"
+        status, answer = _raw(
+            port, "POST /admin/faults HTTP/1.1", body, auth=b"Authorization: Bearer \xff\xfe\r\n"
+        )
+        assert status == 401 and answer["error"]["code"] == 401
+        sims = metrics(f"http://127.0.0.1:{port}")["perfkit_lab_servesim_speed"].samples
+        assert [s.value for s in sims] == [1.0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert "Traceback" not in err.read_text(), err.read_text()[-2000:]
+
+
+def test_an_admin_token_given_as_the_env_name_is_refused_without_being_echoed(tmp_path):
+    secret = "f3a9-41c2-9e8b-SECRET"
+    cmd = [sys.executable, "-m", "perfkit.app.serve_cli", "--engine-config", str(engine_yaml(tmp_path))]
+    proc = subprocess.run([*cmd, "--port", "0", "--admin-token-env", secret], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (
+        proc.returncode == 2
+        and "--admin-token-env" in proc.stderr
+        and "NAME of the environment" in proc.stderr
+    )
+    assert secret not in proc.stderr + proc.stdout and "SECRET" not in proc.stderr + proc.stdout
+    cfg = load_config(engine_yaml(tmp_path))
+    assert banner(cfg, "http://127.0.0.1:1", 1.0, "MY_TOKEN", False).endswith(
+        "admin off: $MY_TOKEN is not set"
+    )
 
 
 def test_network_delay_is_seen_by_the_client_only(tmp_path, admin_env):

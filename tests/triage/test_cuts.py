@@ -54,10 +54,12 @@ def test_names_must_be_thresholds():
         at_least(1.0, "ramp")  # a function of the module is not a threshold
 
 
-def test_or_keeps_the_true_comparisons_or_all_when_false():
-    a, b, c = at_least(3.0, "TAIL_RATIO"), at_least(1.0, "TAIL_RATIO"), at_least(2.0, "TAIL_RATIO")
-    true = any_of(a, b, c)
-    assert true and [x.value for x in true.cuts] == [3.0, 2.0]  # b, false, did not decide
+def test_or_is_decided_by_its_most_robust_true_comparison_or_all_when_false():
+    a, b, c = at_least(3.0, "TAIL_RATIO"), at_least(1.0, "TAIL_RATIO"), at_least(1.55, "TAIL_RATIO")
+    true = any_of(c, b, a)
+    # b, false, did not decide; c passes by 3 %, but the outcome holds while a (100 % past) does
+    assert true and [x.value for x in true.cuts] == [3.0]
+    assert [x.value for x in any_of(c, b).cuts] == [1.55]  # the only true one: a close call stays one
     false = any_of(b, at_least(1.1, "TAIL_RATIO"))
     assert not false and [x.value for x in false.cuts] == [1.0, 1.1]
 
@@ -68,6 +70,9 @@ def test_and_keeps_the_false_comparisons_or_all_when_true():
     assert not false and [x.name for x in false.cuts] == ["MEDIAN_FINE_RATIO"]
     true = all_of(a, at_most(1.0, "MEDIAN_FINE_RATIO"))
     assert true and [x.name for x in true.cuts] == ["TAIL_RATIO", "MEDIAN_FINE_RATIO"]
+    # two false: decided by the one further from flipping (5.0 is far past 1.3; 1.4 is near 1.5)
+    both = all_of(at_least(1.4, "TAIL_RATIO"), at_most(5.0, "MEDIAN_FINE_RATIO"))
+    assert not both and [x.name for x in both.cuts] == ["MEDIAN_FINE_RATIO"]
     # nested: (a or b) and c, where c is false: only c decided
     assert [x.name for x in all_of(any_of(a, b), b).cuts] == ["MEDIAN_FINE_RATIO"]
 

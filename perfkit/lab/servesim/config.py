@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,6 +161,12 @@ def _validate(cfg: SimConfig) -> None:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
+    for name in ("served_model_name", "vllm_version"):  # written into log lines and metric labels
+        value = getattr(cfg, name)
+        if not isinstance(value, str) or not 0 < len(value) <= 256 or not value.isprintable():
+            raise ConfigError(
+                f"{name}: expected 1 to 256 printable characters (no newline or control character)"
+            )
     for name in ("enable_chunked_prefill", "enable_prefix_caching"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}: expected true or false, got {getattr(cfg, name)!r}")
@@ -253,6 +260,10 @@ def _check_memory(cfg: SimConfig) -> None:
 # -- reading -----------------------------------------------------------------------------------
 
 _FIELDS = {f.name: str(f.type) for f in dataclasses.fields(SimConfig)}
+_ZERO_OK = frozenset({"long_prefill_token_threshold"})  # the integer fields where 0 means something
+_DIGITS = re.compile(r"[0-9]{1,11}")  # ASCII: str.isdigit() takes "²", which int() refuses
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+_EXPONENT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][+-]?[0-9]{1,3}")
 _KEYS = sorted(set(_FIELDS))
 
 
@@ -272,27 +283,25 @@ def _parse(name: str, value: Any, *, text: bool) -> Any:
             and value.strip().lower() in ("true", "false", "on", "off", "1", "0")
         ):
             return value.strip().lower() in ("true", "on", "1")
-        raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        raise ConfigError(f"{name}: expected true or false, got {repr(value)[:60]}")
     if kind == "int":
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if text and isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 12:
+        if text and isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
             return int(value.strip())
-        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        what = "an integer >= 0" if name in _ZERO_OK else "a positive integer"
+        raise ConfigError(f"{name}: expected {what}, got {repr(value)[:60]}")
     if kind == "float":
         if _real(value):
             return float(value)
-        if text and isinstance(value, str) and len(value) < 40:
-            try:
-                number = float(value)
-            except ValueError:
-                number = math.nan
-            if math.isfinite(number):
-                return number
-        raise ConfigError(f"{name}: expected a number, got {value!r}")
+        # YAML 1.1 reads 1e-5 (no dot) as a string: take numbers in exponent form from a file too
+        number = _NUMBER if text else _EXPONENT
+        if isinstance(value, str) and number.fullmatch(value.strip()) and math.isfinite(float(value)):
+            return float(value)
+        raise ConfigError(f"{name}: expected a number, got {repr(value)[:60]}")
     if isinstance(value, str) and 0 < len(value) <= 256:
         return value.strip()
-    raise ConfigError(f"{name}: expected a short string, got {value!r}")
+    raise ConfigError(f"{name}: expected a short string, got {repr(value)[:60]}")
 
 
 def config_from_dict(d: dict[str, Any], where: str) -> SimConfig:
@@ -336,6 +345,16 @@ def load_config(path: str | os.PathLike[str]) -> SimConfig:
 def with_changes(cfg: SimConfig, changes: dict[str, str | int | float | bool], where: str) -> SimConfig:
     """``cfg`` with ``changes`` (settings of :data:`SETTABLE`; strings parsed: ``"true"``, ``"128"``,
     ``"0.85"``), validated as a whole; ConfigError ``where: field: ...``."""
+    parsed = parse_changes(changes, where)
+    try:
+        return dataclasses.replace(cfg, **parsed)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def parse_changes(changes: dict[str, str | int | float | bool], where: str) -> dict[str, Any]:
+    """Each of ``changes`` parsed on its own (a settable name, a value of its type), not yet checked
+    against the rest of a configuration; ConfigError ``where: field: ...``."""
     if not isinstance(changes, dict):
         raise ConfigError(f"{where}: expected a mapping of setting to value")
     parsed: dict[str, Any] = {}
@@ -345,6 +364,6 @@ def with_changes(cfg: SimConfig, changes: dict[str, str | int | float | bool], w
             if name not in SETTABLE:
                 raise ConfigError(f"{name}: cannot be changed; settable: {', '.join(SETTABLE)}")
             parsed[name] = _parse(name, value, text=True)
-        return dataclasses.replace(cfg, **parsed)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    return parsed

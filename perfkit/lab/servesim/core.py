@@ -86,13 +86,14 @@ class StepResult:
     num_running: int
     num_waiting: int
     kv_usage: float  # 0..1 after the step
-    preemptions: int  # this step
+    preemptions: int  # since the previous result: this step's, and a live reconfigure's before it
     prefix_queries: int  # tokens, this step
     prefix_hits: int
     itl: list[float]  # inter-token gaps observed at this step (one per decoding sequence)
     prompt_tokens: int = 0  # prompt tokens of the requests whose first token came out this step
     generation_tokens: int = 0  # tokens that came out this step
     work: StepWork = field(default_factory=StepWork)
+    dropped: list[tuple[str, str]] = field(default_factory=list)  # (rid, why): can never fit, dropped
 
 
 class _Req:
@@ -226,6 +227,8 @@ class EngineCore:
         self.waiting: deque[_Req] = deque()
         self.requests: dict[str, _Req] = {}
         self.tenant_blocks = 0  # blocks held by the kv_reserved_frac fault's other tenant
+        self.dropped: list[tuple[str, str]] = []  # since the last step's result (see _drop_unfit)
+        self._reported = 0  # preemptions the step results have carried
         self.totals = dict.fromkeys(
             ("steps", "preemptions", "prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits"), 0
         )
@@ -277,7 +280,7 @@ class EngineCore:
 
     @property
     def busy(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.running or self.waiting or self.dropped)
 
     # -- configuration -------------------------------------------------------------------------
 
@@ -285,13 +288,15 @@ class EngineCore:
         """Apply a new configuration live. A change of the KV geometry (model, GPU, parallelism, block
         size, dtypes) or of prefix caching restarts the cache: every running request is preempted and
         will be recomputed. Otherwise the pool grows or shrinks (preempting the newest requests when
-        their blocks are needed back)."""
+        their blocks are needed back). A request that can never fit the new configuration is dropped
+        (:meth:`_drop_unfit`); preemptions count in the next step's result."""
         old = self.cfg
         geometry = ("model", "gpu", "tensor_parallel_size", "block_size", "dtype", "kv_cache_dtype")
         restart = any(getattr(old, k) != getattr(cfg, k) for k in geometry)
         restart |= old.enable_prefix_caching != cfg.enable_prefix_caching
         self.cfg = cfg
         self.roofline = Roofline(cfg)
+        self._drop_unfit(cfg, cfg.num_gpu_blocks())
         if restart:
             while self.running:
                 self._preempt(self.running.pop())
@@ -321,13 +326,13 @@ class EngineCore:
     def step(self, now: float) -> StepResult:
         """Schedule at ``now``, run one step, and return what came out (at ``now + duration_s``)."""
         self._tenant()
-        preempted_before = self.totals["preemptions"]
         queries_before, hits_before = self.totals["prefix_queries"], self.totals["prefix_hits"]
         if self.cfg.enable_chunked_prefill:
             sched = self._schedule_chunked(now)
         else:
             sched = self._schedule_v0(now)
-        preemptions = self.totals["preemptions"] - preempted_before
+        preemptions = self.totals["preemptions"] - self._reported
+        self._reported += preemptions
         queries = self.totals["prefix_queries"] - queries_before
         hits = self.totals["prefix_hits"] - hits_before
         if not sched:
@@ -389,12 +394,13 @@ class EngineCore:
     def _result(self, now: float, duration: float, outputs: list[Output], finished: list[Finished],
                 itl: list[float], work: StepWork, preemptions: int, queries: int, hits: int,
                 prompt_out: int, generated: int) -> StepResult:  # fmt: skip
+        dropped, self.dropped = self.dropped, []
         return StepResult(
             start=now, duration_s=duration, outputs=outputs, finished=finished,
             prefill_tokens=work.prefill_tokens, decode_seqs=work.decode_seqs,
             num_running=len(self.running), num_waiting=len(self.waiting), kv_usage=self.kv_usage(),
             preemptions=preemptions, prefix_queries=queries, prefix_hits=hits, itl=itl,
-            prompt_tokens=prompt_out, generation_tokens=generated, work=work,
+            prompt_tokens=prompt_out, generation_tokens=generated, work=work, dropped=dropped,
         )  # fmt: skip
 
     def _schedule_chunked(self, now: float) -> list[tuple[_Req, int]]:
@@ -541,6 +547,23 @@ class EngineCore:
         req.preemptions += 1
         self.totals["preemptions"] += 1
         self.waiting.appendleft(req)
+
+    def _drop_unfit(self, cfg: SimConfig, blocks: int) -> None:
+        """Drop every request that can never run to its end under ``cfg`` (over ``max_model_len``, or
+        more blocks than the cache's ``blocks``): left waiting, it would head the queue forever. vLLM's
+        V0 scheduler drops a prompt the cache can never hold, with a warning (vllm/core/scheduler.py
+        ``_schedule_prefills``: ``AllocStatus.NEVER``, "exceeds the capacity of block_manager"); V1
+        refuses it at admission. The server ends its stream with an error (:attr:`StepResult.dropped`)."""
+        for req in [*self.running, *self.waiting]:
+            total = req.prompt + req.max_tokens
+            if total > cfg.max_model_len:
+                why = f"prompt_tokens + max_tokens = {total} exceeds max_model_len {cfg.max_model_len}"
+            elif -(-(total - 1) // cfg.block_size) > blocks:
+                why = f"its {total} tokens need more than the KV cache's {blocks} blocks"
+            else:
+                continue
+            self.abort(req.rid)
+            self.dropped.append((req.rid, f"request {req.rid} dropped after a config change: {why}"))
 
     def _tenant(self) -> None:
         """The kv_reserved_frac fault: another tenant takes free blocks up to its share, and gives back."""

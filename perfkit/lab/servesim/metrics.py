@@ -11,7 +11,8 @@ generation tokens per request and ``max_tokens`` (1-2-5 buckets up to ``max_mode
 step scheduled, prefill plus decode), running/waiting/KV usage gauges, and the counters of
 preemptions, prompt/generation tokens, prefix-cache queries/hits (tokens) and finished requests by
 ``finished_reason``. As in vLLM, a request counts its prompt tokens and its TTFT when its first
-token appears, and an aborted request (client gone) is in no histogram. ``vllm:cache_config_info``
+token appears, and an aborted request (client gone) is in no histogram; one the engine dropped
+because it can never fit a live config change counts as ``finished_reason="abort"``. ``vllm:cache_config_info``
 carries ``str()`` of the CacheConfig fields vLLM 0.10 exports (vllm/config/cache.py ``metrics_info``:
 no ``model_name``), read back by :mod:`perfkit.sources.engine_config`.
 
@@ -201,7 +202,10 @@ class EngineMetrics:
             track.last = end
         for done in res.finished:
             self._finished(done)
-        counters["vllm:num_preemptions"] += res.preemptions
+        for rid, _ in res.dropped:  # can never fit a changed config: finished as aborted, in no histogram
+            if self.tracked.pop(rid, None) is not None:
+                self.success["abort"] += 1
+        counters["vllm:num_preemptions"] += res.preemptions  # a live reconfigure's too (StepResult)
         counters["vllm:prefix_cache_queries"] += res.prefix_queries
         counters["vllm:prefix_cache_hits"] += res.prefix_hits
         if res.prefix_queries:

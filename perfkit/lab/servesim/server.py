@@ -7,7 +7,12 @@ simulated engine (:class:`perfkit.lab.servesim.core.EngineCore`), on 127.0.0.1 o
 build version: a ``deploy`` fault changes it) and ``/metrics`` (:mod:`.metrics`). A request whose
 prompt plus ``max_tokens`` exceeds ``max_model_len`` is refused (400) with vLLM's message. The engine
 emits exactly ``max_tokens`` tokens (``finish_reason`` ``"length"``, as ``ignore_eos``). A client that
-disconnects aborts its request in the engine.
+disconnects aborts its request in the engine. A request a live config change leaves unable ever to
+fit (over the new ``max_model_len``) is dropped by the engine: its stream ends with an OpenAI-style
+error event (``data: {"error": {...}}``, then ``data: [DONE]``, as vLLM's
+``create_streaming_error_response``), a non-streaming one gets a 400, and it counts as
+``vllm:request_success_total{finished_reason="abort"}``. A body that is not JSON, or JSON Python
+cannot hold (an integer over 4,300 digits, nesting past the recursion limit), is a 400.
 
 **Time.** One engine loop drives the core: while it has work, ``res = core.step(v)``, wait until the
 step's virtual end mapped to wall time, then hand each request its new tokens (one SSE event per
@@ -29,7 +34,13 @@ run of leading blocks still cached, so prompts that share a system prompt share 
 ``POST /admin/faults`` switches one fault (:mod:`.faults`: every fault and its triage row),
 ``GET /admin/faults`` lists them, ``POST /admin/config`` with ``{"set": {"enable_chunked_prefill":
 true}}`` applies :func:`~perfkit.lab.servesim.config.with_changes` live (the fix of a drill) and logs
-vLLM's start-up lines with the new settings. Bodies are at most :data:`MAX_ADMIN_BODY` bytes.
+vLLM's start-up lines with the new settings. Bodies are read whole (however many TCP segments they
+come in), at most :data:`MAX_ADMIN_BODY` bytes. A traffic fault (``surge``, ``long_prompt_tenant``)
+whose given ``prompt_tokens``/``max_tokens``, with the defaults for the ones not given, exceed
+``max_model_len`` is refused naming the field (an untouched default prompt is cut to fit); a config
+change that would leave an active traffic fault's ``max_tokens`` at or over ``max_model_len`` is
+refused (409). ``perfkit_lab_servesim_speed`` exports ``--speed``: the vLLM series are in virtual
+seconds, that many times faster than the wall clock.
 """
 
 from __future__ import annotations
@@ -66,13 +77,14 @@ from perfkit.lab.serve import (
 )
 from perfkit.lab.servesim.config import SETTABLE, SimConfig, with_changes
 from perfkit.lab.servesim.core import EngineCore, StepResult
-from perfkit.lab.servesim.faults import TRAFFIC, FaultBoard, FaultError
+from perfkit.lab.servesim.faults import FAULTS, TRAFFIC, FaultBoard, FaultError
 from perfkit.lab.servesim.metrics import EngineMetrics, Exposition, GpuSeries, StatsLog
 
 PREFIX_MAX_WORDS = 8192  # a shared system prompt is hundreds to a few thousand tokens
 MAX_ADMIN_BODY = 64 * 2**10
 MAX_SPEED = 1000.0  # past this a 10 ms step is 10 us of wall time: the event loop cannot keep up
 HOSTNAME = "servesim-0"  # the DCGM Hostname label
+_Item = tuple[int, bool, float, str]  # an engine output to a stream: (tokens, finished, at, error)
 
 
 class VirtualClock:
@@ -101,7 +113,8 @@ def block_keys(words: Sequence[str | int], block: int) -> list[str]:
     :data:`PREFIX_MAX_WORDS` of a prompt: each names its block and every block before it."""
     h, keys = hashlib.blake2b(digest_size=12), []
     for i in range(min(len(words), PREFIX_MAX_WORDS) // block):
-        h.update(("\x1f".join(map(str, words[i * block : (i + 1) * block])) + "\x1e").encode())
+        text = "\x1f".join(map(str, words[i * block : (i + 1) * block])) + "\x1e"
+        h.update(text.encode(errors="surrogatepass"))  # JSON's "\ud800" escapes give lone surrogates
         keys.append(h.hexdigest())
     return keys
 
@@ -144,7 +157,7 @@ class SimServer:
         self.gpus = GpuSeries(cfg, seed)
         self.log = StatsLog(log or sys.stderr, time.time(), os.getpid())
         self.rng = random.Random(seed)
-        self.streams: dict[str, asyncio.Queue[tuple[int, bool, float]]] = {}
+        self.streams: dict[str, asyncio.Queue[_Item]] = {}
         self.work, self.traffic_changed = asyncio.Event(), asyncio.Event()
         self.steps = 0
         self.step_cpu_s = 0.0
@@ -203,7 +216,7 @@ class SimServer:
             message = f"EngineCore encountered a fatal error: {self.dead}"
             self.log.write(self.clock.now(), "core.py:588", message, process="EngineCore_0", level="ERROR")
             for queue in self.streams.values():
-                queue.put_nowait((-1, True, time.monotonic()))
+                queue.put_nowait((-1, True, time.monotonic(), self.dead))
             raise
 
     async def _run_engine(self) -> None:
@@ -231,7 +244,11 @@ class SimServer:
         for out in res.outputs:
             queue = self.streams.get(out.rid)
             if queue is not None:
-                queue.put_nowait((out.new_tokens, out.finished, now))
+                queue.put_nowait((out.new_tokens, out.finished, now, ""))
+        for rid, why in res.dropped:
+            self.log.write(res.start, "scheduler.py:1", why, process="EngineCore_0", level="WARNING")
+            if (queue := self.streams.get(rid)) is not None:
+                queue.put_nowait((0, True, now, why))
         self.metrics.step(res)
         self.gpus.step(res)
         state = self.core.snapshot()  # after the step and whatever came or went while it ran
@@ -279,8 +296,8 @@ class SimServer:
                 body = json.loads(await request.read())
             except web.HTTPRequestEntityTooLarge:
                 raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes") from None
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ApiError(400, f"invalid JSON: {exc}") from None
+            except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, >4,300 digits, deep nesting
+                raise ApiError(400, f"invalid JSON: {str(exc)[:200]}") from None
             req = parse_request(body, chat, self.cfg.served_model_name)
             if req.prompt_tokens < 1:
                 raise ApiError(400, "The prompt cannot be empty.")
@@ -303,7 +320,7 @@ class SimServer:
             else None
         )
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        queue: asyncio.Queue[tuple[int, bool, float]] = asyncio.Queue()
+        queue: asyncio.Queue[_Item] = asyncio.Queue()
         self.streams[rid] = queue
         done = False
         try:
@@ -317,7 +334,10 @@ class SimServer:
                 with contextlib.suppress(ConnectionError):  # the client went away: aborted below
                     done = await self._emit(rid, req, queue, chat, resp) is not None
                 return resp
-            text = await self._emit(rid, req, queue, chat, None)
+            try:
+                text = await self._emit(rid, req, queue, chat, None)
+            except ApiError as exc:  # dropped by the engine
+                return error_response(exc.status, str(exc))
             done = True
             return web.json_response(self._whole(rid, req, chat, text or ""))
         finally:
@@ -332,20 +352,27 @@ class SimServer:
         self,
         rid: str,
         req: Request,
-        queue: asyncio.Queue[tuple[int, bool, float]],
+        queue: asyncio.Queue[_Item],
         chat: bool,
         resp: web.StreamResponse | None,
     ) -> str | None:
-        """Write each engine output as it comes (``network_delay`` later); the text when not streaming."""
+        """Write each engine output as it comes (``network_delay`` later); the text when not streaming.
+        A request the engine dropped: an error event and ``None`` (not streaming: ApiError 400)."""
         assert self._waker is not None
         kind = "chat.completion.chunk" if chat else "text_completion"
         ident = f'"id":"{rid}","object":"{kind}","created":{int(time.time())}'
         head = f'data: {{{ident},"model":{json.dumps(self.cfg.served_model_name)},"choices":['
         pieces, first, offset = [], True, len(rid)
         while True:
-            count, finished, produced = await queue.get()
+            count, finished, produced, error = await queue.get()
             if count < 0:  # the engine died
                 raise ConnectionResetError(self.dead)
+            if error:
+                if resp is None:
+                    raise ApiError(400, error)
+                body = {"message": error, "type": "BadRequestError", "param": None, "code": 400}
+                await resp.write(f"data: {json.dumps({'error': body})}\n\ndata: [DONE]\n\n".encode())
+                return None
             delay_ms = self.faults.get("network_delay", "delay_ms")
             if delay_ms:
                 await self._waker.sleep_until(produced + delay_ms / 1e3 / self.clock.speed)
@@ -419,10 +446,11 @@ class SimServer:
             ),
         ):
             out.family(name, "counter", help_, [f"{name} {float(value)!r}"])
-        virtual = f"perfkit_lab_servesim_virtual_seconds {self.clock.now()!r}"
-        out.family(
-            "perfkit_lab_servesim_virtual_seconds", "gauge", "Virtual seconds since the start.", [virtual]
-        )
+        for name, help_, value in (
+            ("perfkit_lab_servesim_virtual_seconds", "Virtual seconds since the start.", self.clock.now()),
+            ("perfkit_lab_servesim_speed", "Virtual seconds per wall second (--speed).", self.clock.speed),
+        ):
+            out.family(name, "gauge", help_, [f"{name} {float(value)!r}"])
         return out.text()
 
     # -- admin -----------------------------------------------------------------------------------
@@ -433,9 +461,12 @@ class SimServer:
             return _admin_error(403, "admin is disabled: no admin token configured (--admin-token-env)")
         given = request.headers.get("Authorization", "")
         scheme, _, token = given.partition(" ")
-        ok = scheme.lower() == "bearer" and hmac.compare_digest(
-            token.strip().encode(), self.admin_token.encode()
-        )
+        try:  # a header of bytes that are not UTF-8 holds lone surrogates: not the token
+            ok = scheme.lower() == "bearer" and hmac.compare_digest(
+                token.strip().encode(), self.admin_token.encode()
+            )
+        except UnicodeError:
+            ok = False
         return (
             None if ok else _admin_error(401, "a valid admin token is required (Authorization: Bearer ...)")
         )
@@ -443,13 +474,15 @@ class SimServer:
     async def _admin_body(self, request: web.Request) -> Any:
         if request.content_length is not None and request.content_length > MAX_ADMIN_BODY:
             raise FaultError(413, f"admin body over {MAX_ADMIN_BODY} bytes")
-        raw = await request.content.read(MAX_ADMIN_BODY + 1)
-        if len(raw) > MAX_ADMIN_BODY:
-            raise FaultError(413, f"admin body over {MAX_ADMIN_BODY} bytes")
+        raw = b""  # read() returns what is buffered: read on to the end (a body may come in many segments)
+        while chunk := await request.content.read(MAX_ADMIN_BODY + 1 - len(raw)):
+            raw += chunk
+            if len(raw) > MAX_ADMIN_BODY:
+                raise FaultError(413, f"admin body over {MAX_ADMIN_BODY} bytes")
         try:
             return json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise FaultError(400, f"invalid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, >4,300 digits, deep nesting
+            raise FaultError(400, f"invalid JSON: {str(exc)[:200]}") from None
 
     async def _faults_get(self, request: web.Request) -> web.Response:
         return self._authorized(request) or web.json_response(self.faults.listing())
@@ -469,12 +502,20 @@ class SimServer:
         return web.json_response(self.faults.listing())
 
     def _check_traffic(self, body: Any) -> None:
-        if isinstance(body, dict) and body.get("fault") in TRAFFIC and body.get("on", True) is True:
-            prompt, out = body.get("prompt_tokens"), body.get("max_tokens")
-            if isinstance(prompt, int) and isinstance(out, int) and prompt + out > self.cfg.max_model_len:
-                raise FaultError(
-                    400, f"prompt_tokens + max_tokens: over max_model_len {self.cfg.max_model_len}"
-                )
+        """A traffic fault's given sizes, with the defaults for those not given, must fit max_model_len."""
+        if not (isinstance(body, dict) and body.get("fault") in TRAFFIC and body.get("on", True) is True):
+            return
+        name, limit = body["fault"], self.cfg.max_model_len
+        given = {k: body[k] for k in ("prompt_tokens", "max_tokens") if type(body.get(k)) is int}
+        if not given:  # the defaults: the server cuts the prompt to fit (_traffic)
+            return
+        sizes = {k: given.get(k, FAULTS[name][k][0]) for k in ("prompt_tokens", "max_tokens")}
+        if sum(sizes.values()) > limit:
+            said = " + ".join(f"{k} {v}{'' if k in given else ' (the default)'}" for k, v in sizes.items())
+            raise FaultError(
+                400,
+                f"{name}.{' + '.join(given)}: {said} = {sum(sizes.values())} exceed max_model_len {limit}",
+            )
 
     def _apply_faults(self) -> None:
         board, engine, gpu = self.faults, self.core.faults, self.gpus.state
@@ -499,6 +540,13 @@ class SimServer:
             if not isinstance(changes, dict) or not changes:
                 raise FaultError(400, 'set: the body must be {"set": {SETTING: value, ...}}')
             cfg = with_changes(self.cfg, changes, "POST /admin/config")
+            for name in (n for n in TRAFFIC if n in self.faults.active):
+                if self.faults.active[name]["max_tokens"] >= cfg.max_model_len:
+                    raise FaultError(
+                        409,
+                        f"max_model_len: {cfg.max_model_len} leaves no room for the active {name} fault's "
+                        f"max_tokens {self.faults.active[name]['max_tokens']}; switch it off first",
+                    )
         except FaultError as exc:
             return _admin_error(exc.status, str(exc))
         except ConfigError as exc:
@@ -511,10 +559,18 @@ class SimServer:
 
 
 def _admin_error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "code": status}}, status=status)
+    """An OpenAI-style error body; the type names the OpenAI SDK's exception for the status."""
+    kind = {401: "AuthenticationError", 403: "PermissionDeniedError", 409: "ConflictError"}
+    error = {"message": message, "type": kind.get(status, "BadRequestError"), "param": None, "code": status}
+    return web.json_response({"error": error}, status=status)
 
 
-def banner(cfg: SimConfig, url: str, speed: float) -> str:
-    """The one line the simulator prints once it listens (:func:`perfkit.lab.serve.serving` reads it)."""
+def banner(cfg: SimConfig, url: str, speed: float, admin_env: str | None = None, admin: bool = False) -> str:
+    """The one line the simulator prints once it listens (:func:`perfkit.lab.serve.serving` reads it);
+    with ``admin_env``, whether /admin is on and the env var its token comes from (never the token)."""
     what = f"{cfg.model.name} on {cfg.tensor_parallel_size}x {cfg.gpu.name}, {cfg.num_gpu_blocks()} KV blocks"
-    return f"serving {cfg.served_model_name} on {url} (simulated {what}, speed {speed:g}x)"
+    line = f"serving {cfg.served_model_name} on {url} (simulated {what}, speed {speed:g}x)"
+    if admin_env is None:
+        return line
+    state = f"on, token from ${admin_env}" if admin else f"off: ${admin_env} is not set"
+    return f"{line}; admin {state}"

@@ -536,3 +536,8 @@ SCENARIOS.update(
         )
     }
 )
+
+# -- after-fix scenarios (issue 11): the seed's cases with the fix in, for `perfkit compare` ----------
+from perfkit.lab.sim.fixed_scenarios import AFTER_FIX  # noqa: E402  (it imports this module lazily)
+
+SCENARIOS.update(AFTER_FIX)

@@ -7,7 +7,9 @@ the physics of one step, :mod:`perfkit.lab.sim.training_engine` the simulation
 step for every rank), :mod:`perfkit.lab.sim.training_logs` the launcher's log lines and
 :mod:`perfkit.lab.sim.training_exporters` the scrapes. This module writes the bundle:
 :func:`generate` writes it (DESIGN.md §4) with the writer of :mod:`perfkit.lab.sim.bundle`. The
-same spec and seed give the same bytes.
+same spec and seed give the same bytes. The scenarios in
+:data:`~perfkit.lab.sim.training_traces.TRACED` also carry profiler traces of a few steps per window
+(``traces/baseline/``, ``traces/incident/``: :mod:`perfkit.lab.sim.training_traces`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from perfkit.lab.sim.bundle import write_metrics
 from perfkit.lab.sim.training_engine import simulate
 from perfkit.lab.sim.training_exporters import _emit
 from perfkit.lab.sim.training_model import TrainingSpec
+from perfkit.lab.sim.training_traces import TRACED, write_traces
 
 # -- the bundle ------------------------------------------------------------------------------------
 
@@ -75,6 +78,8 @@ def generate(spec: TrainingSpec, out: Path, *, duration_s: float | None = None) 
     (out / "logs" / "train.log").write_text("\n".join(log_lines) + "\n", encoding="utf-8")
     _write_events(spec, out)
     _write_incident(spec, out)
+    if spec.id in TRACED:  # profiler traces of a few steps per window (perfkit.lab.sim.training_traces)
+        write_traces(run, out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return {
         "simulate_s": sim_s,

@@ -1,0 +1,579 @@
+"""Live drills (``perfkit drill start DRILL --live``): the drill's incident happens now, on the
+serving-engine simulator, and the trainee works it on a real Prometheus, applies a fix and sees the
+before/after.
+
+**What runs** (every process detached, on free 127.0.0.1 ports, recorded in ``<folder>/.live/
+state.json`` (0600) by PID, argv and start time, and stopped by :func:`stop` only while each PID is
+still that process (:class:`perfkit.lab.servers.Spawned`, :class:`~perfkit.lab.servers.LabServer`)):
+
+* ``engine``: ``perfkit lab serve --engine-config .live/engine.yaml --speed S`` (the drill's engine,
+  :mod:`perfkit.app.live_drill_specs`), its admin token generated here, handed to it in the
+  environment variable :data:`TOKEN_ENV` and kept in ``.live/admin-token`` (0600);
+* ``load``: ``perfkit bench --replay .live/traffic.jsonl --time-scale S``: the drill's requests;
+* ``clock``: this module's supervisor (``python -m perfkit.app.live_drill supervise .live``): it
+  serves the engine's ``/metrics`` to Prometheus stamped with the drill clock, copies the engine's
+  log lines into ``evidence/logs/vllm.log`` on the same clock, and switches the fault on at its
+  minute (``POST /admin/faults``). The fault and its time are read from the state file, never
+  from a command line, so ``ps`` names no answer;
+* ``prometheus``: a real Prometheus scraping the supervisor every 15 virtual seconds
+  (:func:`perfkit.lab.servers.start_scraping`), the vLLM and DCGM-like series of the engine.
+
+**The drill clock.** The simulator runs S times faster than the wall clock (``--speed``), so that a
+25-minute incident window passes in 25/S minutes; its histograms hold virtual seconds. Prometheus
+stores each sample at ``anchor + virtual seconds``: the supervisor adds that timestamp to every
+sample (Prometheus honours a target's timestamps). Prometheus refuses samples from the future, so the
+anchor lies in the past by what the clock will gain over the drill's length, ``(S-1)/S x (duration +
+10 min)``; at ``--speed 1`` the drill clock is the wall clock. Windows, the fault's time and fixes
+are printed and stored on the drill clock; ``drill status`` shows where it stands.
+
+**Names.** The folder, the incident id (``INC-<date>-drill-24``), the runbook and the process
+titles carry the drill's id only (:mod:`perfkit.app.drills`); what names the cause is in the 0600
+state file until ``drill check``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from perfkit.app.live_drill_specs import REMEDIES, LiveSpec, Timing, request_log, spec_for
+from perfkit.core.resources import SCENARIOS
+from perfkit.errors import ConfigError, SourceError
+
+STATE_DIR = ".live"
+TOKEN_ENV = "PERFKIT_DRILL_ADMIN_TOKEN"
+DEFAULT_SPEED = 5.0
+"""A 25-minute window in 5 wall minutes, the whole 90-minute drill in 18: time to think, and the
+simulator and load generator far below a core."""
+MAX_SPEED = 60.0
+"""At 60x a 15 s scrape is every 0.25 s and the engine streams ~9,000 tokens per wall second: about
+what one core runs for the simulator and the load generator together."""
+FIRST_SCRAPE_S = 30.0
+"""How long ``drill start`` waits for Prometheus to hold the engine's first sample before giving up
+(the target is 10 s: this is the error path on a loaded machine)."""
+STARTUP_S = 30.0  # the simulator's start: importing aiohttp and numpy takes 1-3 s on a busy laptop
+_VIRTUAL = re.compile(r"^perfkit_lab_servesim_virtual_seconds ([0-9.eE+-]+)$", re.MULTILINE)
+_LOG_STAMP = re.compile(r"^(\(\S+ pid=\d+\) \w+ )(\d\d-\d\d \d\d:\d\d:\d\d)( .*)$", re.DOTALL)
+
+
+# -- small shared pieces --------------------------------------------------------------------------
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+
+
+def http(url: str, *, body: Any = None, token: str = "", timeout: float = 5.0) -> tuple[int, str]:
+    """(status, text) of a GET (or a JSON POST when ``body`` is given) to a local server; SourceError
+    naming the URL when it cannot be reached."""
+    import urllib.error
+
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with _opener().open(req, timeout=timeout) as resp:
+            return resp.status, resp.read(4 << 20).decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(64 << 10).decode(errors="replace")
+    except OSError as exc:
+        raise SourceError(f"{url}: cannot reach it ({exc})", url=url) from None
+
+
+def virtual_now(engine_url: str) -> float:
+    """The simulator's virtual seconds since it started (its ``/metrics`` gauge)."""
+    status, text = http(f"{engine_url}/metrics")
+    m = _VIRTUAL.search(text) if status == 200 else None
+    if m is None:
+        raise SourceError(f"{engine_url}/metrics: HTTP {status}, no virtual clock", url=engine_url)
+    return float(m.group(1))
+
+
+def stamp(state: dict[str, Any], v: float) -> datetime:
+    """The drill-clock time of virtual second ``v``."""
+    return datetime.fromtimestamp(state["anchor"] + v, UTC)
+
+
+def iso_at(state: dict[str, Any], v: float) -> str:
+    return stamp(state, v).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def state_path(folder: Path) -> Path:
+    return folder / STATE_DIR / "state.json"
+
+
+def read_state(folder: Path) -> dict[str, Any]:
+    """The live drill's state, or ConfigError when ``folder`` holds none."""
+    path = state_path(folder)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{folder}: no live drill here (perfkit drill start DRILL --live)") from None
+    try:
+        state = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"{path}: unreadable live-drill state") from None
+    if not isinstance(state, dict) or not isinstance(state.get("anchor"), int | float):
+        raise ConfigError(f"{path}: not a live-drill state")
+    return state
+
+
+def write_state(folder: Path, state: dict[str, Any]) -> None:
+    """Atomically, 0600 (it holds the fault and the ports)."""
+    path = state_path(folder)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(state, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def supervisor_facts(folder: Path) -> dict[str, Any]:
+    """What the supervisor recorded: the fault's injection (virtual second), its last clock reading."""
+    try:
+        data = json.loads((folder / STATE_DIR / "supervisor.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    with log.open("ab") as fh:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+
+# -- start ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Started:
+    label: str
+    folder: Path
+    runbook: Path
+    params: dict[str, Any]
+    first_scrape_s: float
+    state: dict[str, Any]
+
+
+def offset_for(speed: float, timing: Timing) -> float:
+    """How far in the past the drill clock starts: what it gains on the wall clock over the drill and
+    ten minutes more, in whole minutes (0 at speed 1)."""
+    gain = (speed - 1.0) / speed * (timing.duration + 600.0)
+    return float(-(-gain // 60) * 60)
+
+
+def start(
+    name: str,
+    out: Path | None = None,
+    *,
+    speed: float = DEFAULT_SPEED,
+    seed: int | None = None,
+    timing: Timing | None = None,
+    root: Path = SCENARIOS,
+) -> Started:
+    """Start drill ``name`` live (see the module docstring); returns once Prometheus holds the
+    engine's first sample and the traffic has reached the engine. Anything that fails on the way is
+    stopped again by PID."""
+    from perfkit.app.drills import DEFAULT_FOLDER, resolve, runbook_for
+
+    t0 = time.monotonic()
+    if not 1.0 <= speed <= MAX_SPEED:
+        raise ConfigError(f"--speed must be in [1, {MAX_SPEED:g}]: got {speed:g}")
+    drill, label = resolve(name, root)
+    spec = spec_for(drill.name, training=runbook_for(drill.path) == "training_step")
+    timing = timing or spec.timing
+    seed = secrets.randbelow(2**31) if seed is None else int(seed)
+    folder = out if out is not None else DEFAULT_FOLDER / label
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ConfigError(f"{folder}: not empty (a drill starts in a fresh folder)")
+    live = folder / STATE_DIR
+    live.mkdir(parents=True, mode=0o700)
+    (folder / "evidence" / "logs").mkdir(parents=True)
+    state: dict[str, Any] = {"label": label, "seed": seed, "speed": speed, "processes": {}, "fixes": []}
+    try:
+        _launch(spec, timing, folder, state)
+        first = time.monotonic() - t0
+        state["first_scrape_s"] = round(first, 2)
+        _plan(spec, timing, folder, state)
+        runbook, params = _write_runbook(drill, label, folder, state, root)
+    except BaseException:
+        _stop_all(folder, state, lambda _line: None)
+        raise
+    return Started(label, folder, runbook, params, first, state)
+
+
+def _launch(spec: LiveSpec, timing: Timing, folder: Path, state: dict[str, Any]) -> None:
+    import yaml
+
+    from perfkit.lab.servers import Spawned, free_port, start_scraping
+    from perfkit.lab.servesim.config import load_config
+
+    live, speed = folder / STATE_DIR, float(state["speed"])
+    token = secrets.token_urlsafe(32)
+    fd = os.open(live / "admin-token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token)
+    engine_yaml = live / "engine.yaml"
+    engine_yaml.write_text(yaml.safe_dump(spec.engine, sort_keys=False))
+    cfg = load_config(engine_yaml)  # a spec the simulator would refuse fails here, naming the field
+    with (live / "traffic.jsonl").open("w") as fh:
+        for row in request_log(spec.traffic, timing.duration, state["seed"]):
+            fh.write(json.dumps(row) + "\n")
+    ports = {k: free_port() for k in ("engine", "clock")}
+    urls = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
+    state.update(urls=urls, engine=spec.engine, fault=spec.fault, timing=asdict(timing), plan=None)
+    state.update(model=cfg.served_model_name, gpu=cfg.gpu.name, gpus=cfg.tensor_parallel_size)
+    state.update(offset_s=offset_for(speed, timing), anchor=0.0)  # 0: not known yet
+    write_state(folder, state)
+    engine = _spawn(
+        [sys.executable, "-m", "perfkit.app.serve_cli", f"--engine-config={engine_yaml}",
+         f"--speed={speed:g}", f"--port={ports['engine']}", f"--admin-token-env={TOKEN_ENV}",
+         f"--log-file={live / 'engine.log'}", f"--seed={state['seed']}"],
+        live / "engine.out",
+        env={**os.environ, TOKEN_ENV: token},
+    )  # fmt: skip
+    state["processes"]["engine"] = Spawned.of("engine", engine).as_dict()
+    write_state(folder, state)
+    # the supervisor and Prometheus start while the simulator imports (it answers 503 until the
+    # anchor is known): the first scrape comes ~1 s after the simulator answers, not 3 s
+    clock = _spawn(
+        [sys.executable, "-m", "perfkit.app.live_drill", "supervise", str(live)], live / "clock.out"
+    )
+    state["processes"]["clock"] = Spawned.of("clock", clock).as_dict()
+    write_state(folder, state)
+    interval = min(60.0, max(0.2, timing.scrape / speed))
+    prom = start_scraping(
+        [urls["clock"].removeprefix("http://")],
+        live / "prometheus",
+        interval_s=interval,
+        detach=True,
+        past_s=state["offset_s"],
+    )
+    state["processes"]["prometheus"] = prom.as_dict()
+    state["urls"]["prometheus"] = prom.url
+    write_state(folder, state)
+    v = _wait_healthy(urls["engine"], engine)
+    state["anchor"] = time.time() - v / speed - state["offset_s"]
+    write_state(folder, state)
+    (live / "load").mkdir()
+    load = _spawn(
+        [sys.executable, "-m", "perfkit", "bench", f"--url={urls['engine']}", f"--model={cfg.served_model_name}",
+         f"--replay={live / 'traffic.jsonl'}", f"--time-scale={speed:g}", "--no-calibrate", "--quiet",
+         "--warmup=0", "--no-metrics", "--timeout=3600", f"--out={live / 'load' / 'bench.json'}"],
+        live / "load.out",
+    )  # fmt: skip
+    state["processes"]["load"] = Spawned.of("load", load).as_dict()
+    write_state(folder, state)
+    _wait_first_sample(state)
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen) -> float:
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SourceError(
+                f"{url}: the simulator exited with status {proc.returncode} (see .live/engine.out)"
+            )
+        try:
+            if http(f"{url}/health", timeout=1.0)[0] == 200:
+                return virtual_now(url)
+        except SourceError:
+            pass
+        time.sleep(0.02)
+    raise SourceError(f"{url}/health: the simulator did not answer within {STARTUP_S:g} s", url=url)
+
+
+def _wait_first_sample(state: dict[str, Any]) -> None:
+    """Until Prometheus answers a query for the engine's series at the drill clock's now."""
+    import urllib.parse
+
+    prom, engine = state["urls"]["prometheus"], state["urls"]["engine"]
+    deadline = time.monotonic() + FIRST_SCRAPE_S
+    query = 'count({job="engine",__name__=~"vllm:.+"})'
+    while time.monotonic() < deadline:
+        at = state["anchor"] + virtual_now(engine)
+        q = urllib.parse.urlencode({"query": query, "time": f"{at:.3f}"})
+        status, text = http(f"{prom}/api/v1/query?{q}", timeout=2.0)
+        if status == 200 and json.loads(text).get("data", {}).get("result"):
+            return
+        time.sleep(0.05)
+    raise SourceError(
+        f"{prom}: no sample of the engine after {FIRST_SCRAPE_S:g} s (see .live/clock.out)", url=prom
+    )
+
+
+def _plan(spec: LiveSpec, timing: Timing, folder: Path, state: dict[str, Any]) -> None:
+    """Once traffic reaches the engine: the windows and the fault's minute, on the virtual clock."""
+    import random
+
+    engine, deadline = state["urls"]["engine"], time.monotonic() + STARTUP_S
+    while True:  # the first request: the load generator has started (its imports take a second or two)
+        status, text = http(f"{engine}/metrics")
+        if status == 200 and re.search(r"^vllm:num_requests_(running|waiting)\{[^}]*\} [1-9]", text, re.M):
+            break
+        if (
+            re.search(r"^vllm:request_success_total\{[^}]*\} [1-9]", text, re.M)
+            or time.monotonic() > deadline
+        ):
+            break
+        time.sleep(0.02)
+    v0 = virtual_now(engine)
+    base0 = v0 + timing.warmup
+    win0 = base0 + timing.baseline
+    minute = random.Random(state["seed"]).randint(timing.fault_lo, timing.fault_hi)
+    state["plan"] = {
+        "v0": v0,
+        "baseline": [base0, win0],
+        "window": [win0, win0 + timing.window],
+        "fault_at": win0 + 60.0 * minute,
+        "end": v0 + timing.duration,
+    }
+    write_state(folder, state)
+
+
+def _write_runbook(
+    drill: Any, label: str, folder: Path, state: dict[str, Any], root: Path
+) -> tuple[Path, dict[str, Any]]:
+    import yaml
+
+    from perfkit.app.drill_evidence import Leaks
+    from perfkit.app.drill_ids import REGISTRY
+    from perfkit.app.drills import TABLE_IDS, Prepared, answer_of, drills, write_runbook
+    from perfkit.sources.incident_file import read_incident
+
+    recorded = read_incident(drill.path / "incident.yaml")
+    answer = answer_of(drill)
+    plan = state["plan"]
+    names = {d.name for d in drills(root)} | set(REGISTRY.values())
+    names |= {str(answer[k]) for k in ("scenario", "base_scenario") if answer.get(k)}
+    leaks = Leaks.of(names, TABLE_IDS, label)
+    window = {"start": iso_at(state, plan["window"][0]), "end": iso_at(state, plan["window"][1])}
+    baseline = {"start": iso_at(state, plan["baseline"][0]), "end": iso_at(state, plan["baseline"][1])}
+    incident = {
+        "id": f"INC-{stamp(state, plan['window'][0]):%Y%m%d}-{label}",
+        "title": leaks.text(str(answer.get("brief") or recorded.title)),
+        "service": recorded.service,
+        "model": state["model"],
+        "window": window,
+        "baseline": baseline,
+        "slo": dict(recorded.slo),
+        "hardware": {
+            "gpu": state["gpu"],
+            "count": state["gpus"],
+            "usd_per_gpu_hour": recorded.hardware.usd_per_gpu_hour,
+        },
+    }
+    (folder / "evidence" / "incident.yaml").write_text(yaml.safe_dump(incident, sort_keys=False))
+    params: dict[str, Any] = {
+        "bundle": "",
+        "prometheus_url": state["urls"]["prometheus"],
+        "start": window["start"],
+        "end": window["end"],
+        "baseline_start": baseline["start"],
+        "baseline_end": baseline["end"],
+        "service": recorded.service,
+        "logs": str((folder / "evidence" / "logs").resolve()),
+        "release_metric": "build_info:version",
+    }
+    params.update(
+        {
+            f"slo_{k}": v
+            for k, v in recorded.slo.items()
+            if k in ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s")
+        }
+    )
+    if recorded.hardware.usd_per_gpu_hour:
+        params.update(gpu_count=state["gpus"], usd_per_gpu_hour=recorded.hardware.usd_per_gpu_hour)
+    state["params"] = params
+    write_state(folder, state)
+    scenarios = tuple(sorted(names))
+    prepared = Prepared(drill, label, folder, folder / "evidence", "inference_latency", params, [], scenarios)
+    return write_runbook(prepared, params), params
+
+
+# -- fix, status, stop ----------------------------------------------------------------------------
+
+
+def fix(folder: Path, changes: dict[str, str], remedies: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Apply ``changes`` (engine settings, :data:`~perfkit.lab.servesim.config.SETTABLE`) and
+    ``remedies`` (:data:`REMEDIES`) to the running engine; record the fix on the drill clock.
+    Returns the fix as recorded, with the before/after windows it implies."""
+    from perfkit.lab.servesim.config import config_from_dict, with_changes
+
+    state = read_state(folder)
+    if state.get("stopped"):
+        raise ConfigError(f"{folder}: the drill was stopped; start a new one to try another fix")
+    if not changes and not remedies:
+        raise ConfigError("give the fix: --set KEY=VALUE (engine settings) and/or --remedy NAME")
+    for remedy in remedies:
+        if remedy not in REMEDIES:
+            raise ConfigError(f"--remedy {remedy[:40]!r}: one of {', '.join(REMEDIES)}")
+    engine = dict(state["engine"])
+    for earlier in state.get("fixes", []):
+        engine.update(earlier.get("set") or {})
+    if changes:  # refused here with the field's name before anything is sent
+        with_changes(config_from_dict(engine, "engine config"), dict(changes), "--set")
+    url, token = state["urls"]["engine"], (folder / STATE_DIR / "admin-token").read_text().strip()
+    if changes:
+        status, text = http(f"{url}/admin/config", body={"set": changes}, token=token)
+        if status != 200:
+            raise ConfigError(f"{url}/admin/config: HTTP {status}: {_message(text)}")
+    for remedy in remedies:
+        for fault in REMEDIES[remedy]:
+            status, text = http(f"{url}/admin/faults", body={"fault": fault, "on": False}, token=token)
+            if status != 200:
+                raise SourceError(
+                    f"{url}/admin/faults: HTTP {status}: {_message(text)}", url=url, status=status
+                )
+    v = virtual_now(url)
+    record = {"v": v, "at": iso_at(state, v), "set": dict(changes), "remedies": list(remedies)}
+    state.setdefault("fixes", []).append(record)
+    write_state(folder, state)
+    return {**record, **before_after(state, supervisor_facts(folder), v)}
+
+
+def _message(text: str) -> str:
+    try:
+        return str(json.loads(text)["error"]["message"])[:300]
+    except (ValueError, KeyError, TypeError):
+        return text[:300]
+
+
+def before_after(state: dict[str, Any], sup: dict[str, Any], fix_v: float) -> dict[str, Any]:
+    """The before/after windows of a fix at ``fix_v``: before from the fault (a settling minute
+    after it, when there is room) to the fix; after from the fix plus ``settle`` for ``after``."""
+    t, plan = state["timing"], state["plan"]
+    began = sup.get("injected_v") or plan["window"][0]
+    before0 = began + t["settle"] if fix_v - began > 2 * t["settle"] else began
+    after = (fix_v + t["settle"], fix_v + t["settle"] + t["after"])
+    windows = {
+        "before": f"{iso_at(state, before0)}/{iso_at(state, fix_v)}",
+        "after": f"{iso_at(state, after[0])}/{iso_at(state, after[1])}",
+        "baseline": f"{iso_at(state, plan['baseline'][0])}/{iso_at(state, plan['baseline'][1])}",
+        "after_end_v": after[1],
+    }
+    windows["compare"] = (
+        f"perfkit compare --prometheus {state['urls']['prometheus']} --before {windows['before']} "
+        f"--after {windows['after']} --baseline {windows['baseline']}"
+    )
+    return windows
+
+
+def status(folder: Path) -> dict[str, Any]:
+    """What runs, the drill clock, the windows, and whether the fault is due or was injected (not
+    which fault: that is for ``drill check``)."""
+    from perfkit.lab.servers import LabServer, Spawned
+
+    state = read_state(folder)
+    sup = supervisor_facts(folder)
+    running = {}
+    for key, rec in state.get("processes", {}).items():
+        proc = LabServer(**rec) if key == "prometheus" else Spawned(**rec)
+        running[key] = bool(proc.pid) and (
+            proc.running() if isinstance(proc, Spawned) else _lab_running(proc)
+        )
+    out: dict[str, Any] = {"state": state, "running": running, "supervisor": sup, "v": None}
+    if running.get("engine"):
+        with contextlib.suppress(SourceError):
+            out["v"] = virtual_now(state["urls"]["engine"])
+    return out
+
+
+def _lab_running(server: Any) -> bool:
+    from perfkit.lab.servers import process_identity
+
+    identity = process_identity(server.pid) if not server.problem() else None
+    return identity is not None and server._refusal(*identity) is None
+
+
+def stop(folder: Path) -> list[str]:
+    """Stop every process of the drill by PID (the load first, so it writes what it measured); the
+    folder, the Prometheus data and the logs stay. Returns a line per process."""
+    state = read_state(folder)
+    lines: list[str] = []
+    _stop_all(folder, state, lines.append)
+    state["stopped"] = True
+    write_state(folder, state)
+    return lines
+
+
+def _stop_all(folder: Path, state: dict[str, Any], say: Any, skip: tuple[str, ...] = ()) -> None:
+    """Stop the recorded processes by PID, the load first (SIGINT: the load generator writes what
+    it measured), then the supervisor, the simulator and Prometheus; ``skip``: keys left running."""
+    import signal
+
+    from perfkit.lab.servers import LabServer, NotOurProcess, Spawned
+
+    procs = state.get("processes", {})
+    for key in ("load", "clock", "engine", "prometheus"):
+        rec = procs.get(key)
+        if not rec or key in skip:
+            continue
+        try:
+            if key == "prometheus":
+                was = LabServer(**rec).stop()
+            elif key == "load":
+                was = Spawned(**rec).stop(timeout_s=15.0, first=signal.SIGINT)
+            else:
+                was = Spawned(**rec).stop(timeout_s=10.0)
+        except (NotOurProcess, TypeError) as exc:
+            say(f"{key}: {exc}")
+            continue
+        pid = rec.get("pid")
+        say(f"stopped {key} (pid {pid})" if was else f"{key} was not running (pid {pid})")
+
+
+# -- the supervisor: drill clock, logs, the fault ----------------------------------------------------
+
+
+def restamp(line: str, shift_s: float) -> str:
+    """A vLLM log line with its ``MM-DD HH:MM:SS`` stamp moved by ``shift_s`` seconds (the year is
+    this year's: the log format has none); other lines unchanged."""
+    m = _LOG_STAMP.match(line)
+    if not m:
+        return line
+    year = datetime.now(UTC).year
+    try:
+        when = datetime.strptime(f"{year}-{m.group(2)}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return line
+    moved = when + timedelta(seconds=shift_s)
+    return f"{m.group(1)}{moved:%m-%d %H:%M:%S}{m.group(3)}"
+
+
+def supervise(live: Path) -> None:
+    """The ``clock`` process: serve the engine's metrics stamped on the drill clock, copy its log on
+    that clock, switch the fault on at its minute. Runs until SIGTERM."""
+    import asyncio
+
+    from perfkit.app.live_drill_clock import run_supervisor
+
+    asyncio.run(run_supervisor(live))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "supervise":
+        supervise(Path(sys.argv[2]))
+    else:
+        sys.exit("usage: python -m perfkit.app.live_drill supervise FOLDER/.live")
