@@ -226,7 +226,7 @@ def lookup(model_name: str | None, gpu_name: str | None) -> tuple[ModelSpec | No
     from perfkit.core import hardware
 
     if not model_name:
-        return None, None, "incident.yaml names no model"
+        return None, None, "no model named (incident.yaml's model:, or one model_name label in the evidence)"
     try:
         spec = hardware.model(str(model_name))
     except ConfigError:

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfkit.core.frames import Window
+from perfkit.core.incident import Incident
 from perfkit.core.scope import HOST_LABELS, escape, host_keys
 from perfkit.engine import ops
 from perfkit.engine import signals as S
+from perfkit.errors import PerfkitError
 
 #: families that say a workload exists (first found is counted), with the traffic counter beside it
 SERVING = ("vllm:num_requests_running", "vllm:e2e_request_latency_seconds_count")
@@ -110,3 +112,63 @@ def find_workloads(engine: S.Engine, window: Window) -> list[Workload]:
                         unit if kind == "serving" or "tokens" in counter else "samples/s"
                     )
     return sorted(found.values(), key=lambda w: (w.kind, -(w.traffic or 0), w.value))
+
+
+#: dcgm-exporter's families that carry ``modelName`` (the device name nvidia-smi prints), first found used
+GPU_MARKS = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_SM_CLOCK")
+GPU_NAME_LABEL = "modelName"
+MODEL_LABEL = "model_name"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What the evidence itself says the workload runs on: the served model (vLLM's ``model_name``
+    label) and the GPU (dcgm-exporter's ``modelName``), each only when exactly one value is in the
+    (scoped) evidence; ``notes`` say why one is not known."""
+
+    model: str | None
+    gpu: str | None
+    notes: tuple[str, ...] = ()
+
+
+def identify(engine: S.Engine, window: Window) -> Identity:
+    """The served model and the GPU the evidence names in ``window`` (see :class:`Identity`). Several
+    values (a shared Prometheus, no scope) name none: a guess would put another workload's model
+    under this one's numbers."""
+    found: dict[str, str | None] = {}
+    notes: list[str] = []
+    for what, marks, label in (("model", SERVING, MODEL_LABEL), ("GPU", GPU_MARKS, GPU_NAME_LABEL)):
+        mark = next((m for m in marks if engine.has(m)), None)
+        values = (
+            sorted({str(r.get(label) or "") for r in _count_by(engine, mark, (label,), window)} - {""})
+            if mark
+            else []
+        )
+        found[what] = values[0] if len(values) == 1 else None
+        if len(values) > 1:
+            shown = ", ".join(repr(v[:80]) for v in values[:4]) + (" ..." if len(values) > 4 else "")
+            notes.append(
+                f"{len(values)} values of {label} in the evidence ({shown}): set scope to one workload"
+            )
+    return Identity(found["model"], found["GPU"], tuple(notes))
+
+
+def fill_identity(engine: S.Engine, incident: Incident) -> str:
+    """Give ``incident`` the model and GPU :func:`identify` reads from the evidence where it names
+    neither (incident.yaml and the parameters win); returns what was read, and why not, in words
+    (empty when nothing was needed). A source that fails leaves the incident as it was: the
+    analyses that need a model say so."""
+    if incident.model and incident.hardware.gpu != "unknown":
+        return ""
+    try:
+        who = identify(engine, incident.window)
+    except PerfkitError:
+        return ""
+    said = []
+    if not incident.model and who.model:
+        incident.model = who.model
+        said.append(f"model {who.model!r} from the model_name label")
+    if incident.hardware.gpu == "unknown" and who.gpu:
+        incident.hardware.gpu = who.gpu
+        said.append(f"GPU {who.gpu!r} from DCGM's modelName label")
+    return "; ".join([*said, *who.notes])

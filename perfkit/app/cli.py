@@ -27,6 +27,8 @@ class Cli(click.Group):
             return super().invoke(ctx)
         except PerfkitError as exc:
             click.echo(f"perfkit: {exc}", err=True)
+            for note in getattr(exc, "__notes__", ()):
+                click.echo(f"  {note}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:  # Ctrl-C before or after a run: the conventional status
             click.echo("perfkit: interrupted", err=True)

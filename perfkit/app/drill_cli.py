@@ -110,6 +110,10 @@ def drill_start(
         _start_live(name, out, speed, seed, start_lab)
         return
     parse_scope(scope, hosts)  # a typo fails before anything is written
+    if recorded:
+        from perfkit.lab.servers import binary
+
+        binary("prometheus")  # a missing server fails before anything is written
     prepared = prepare(name, Path(out) if out else None, scope={"scope": scope, "hosts": hosts})
     label, bundle = prepared.label, prepared.bundle
     click.echo(f"drill {label}: evidence in {bundle}")
@@ -155,10 +159,13 @@ def _start_live(name: str, out: str | None, speed: float | None, seed: int | Non
     wait = (plan["window"][1] - plan["v0"]) / speed_x
     click.echo(f"  the window is complete in about {wait:.0f} s (wall); then run the runbook on it:")
     logs, out_dir = p["logs"], started.folder / "run"
+    given = {"bundle", "prometheus_url", "start", "end", "baseline_start", "baseline_end", "logs"}
+    given |= {"release_metric", "service"}
+    extra = "".join(f" -p {k}={v}" for k, v in p.items() if k not in given)  # SLOs, GPUs, price
     click.echo(
         f"    perfkit run inference_latency -o {out_dir} --prometheus {p['prometheus_url']} --start {p['start']} "
         f"--end {p['end']} --baseline-start {p['baseline_start']} --baseline-end {p['baseline_end']} "
-        f"--logs {logs} --release-metric {p['release_metric']} --service {p['service']}"
+        f"--logs {logs} --release-metric {p['release_metric']} --service {p['service']}{extra}"
     )
     click.echo(f"  or open {started.runbook} (parameterized for the live Prometheus)")
     where = f" -o {started.folder}" if out else ""

@@ -207,6 +207,9 @@ def start(
     folder = out if out is not None else DEFAULT_FOLDER / label
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ConfigError(f"{folder}: not empty (a drill starts in a fresh folder)")
+    from perfkit.lab.servers import binary
+
+    binary("prometheus")  # a missing server fails before anything is written
     live = folder / STATE_DIR
     live.mkdir(parents=True, mode=0o700)
     (folder / "evidence" / "logs").mkdir(parents=True)
@@ -217,10 +220,28 @@ def start(
         state["first_scrape_s"] = round(first, 2)
         _plan(spec, timing, folder, state)
         runbook, params = _write_runbook(drill, label, folder, state, root)
-    except BaseException:
+    except BaseException as exc:
         _stop_all(folder, state, lambda _line: None)
+        kept = _set_aside(folder)
+        exc.add_note(f"the failed start's files are in {kept}; the drill can be started again")
         raise
     return Started(label, folder, runbook, params, first, state)
+
+
+def _set_aside(folder: Path) -> Path:
+    """Move a failed start's folder (it was empty before, so it holds only what the start wrote)
+    to a new sibling ``<name>.failed-<UTC time>``, so that its logs stay and the drill's own folder
+    is free for the next try. Never replaces an existing path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for n in range(100):
+        kept = folder.with_name(f"{folder.name}.failed-{stamp}" + (f"-{n}" if n else ""))
+        if not kept.exists():
+            try:
+                folder.rename(kept)
+            except OSError:
+                return folder
+            return kept
+    return folder
 
 
 def _launch(spec: LiveSpec, timing: Timing, folder: Path, state: dict[str, Any]) -> None:

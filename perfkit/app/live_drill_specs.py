@@ -8,9 +8,12 @@ EngineCore` with these settings (seeded, 20 virtual minutes each; the numbers be
 the loads; ``tests/integration/test_live_drill.py`` and ``test_seed_case_live.py`` run two of them live.
 
 * Engines follow the incident's ``incident.yaml`` where the simulator's tables allow: its models are
-  dense Llama/Qwen/Mistral shapes (``data/hardware/models.yaml``), so the qwen3-32b and Mixtral of the
-  recorded incidents run as Llama-3.1-70B on 4x H100 (the recorded hardware), as the 70B of the §5.3
-  case does. ``served_model_name`` is the incident's model name, as its operator would have set it.
+  dense Llama/Qwen/Mistral shapes (``data/hardware/models.yaml``), and every load below was
+  calibrated on Llama-3.1-70B on 4x H100 (the recorded hardware), as the 70B of the §5.3 case runs; so
+  the qwen3-32b and Mixtral of the recorded incidents run as that 70B. ``served_model_name`` (vLLM's
+  ``model_name`` label) names the model the engine runs, as vLLM's default does: the runbook reads
+  the model from that label (the decode roofline, the memory estimate), and a label naming another
+  model would put the 70B's step times under a 32B's weights.
 * Traffic is a request log written at start (:func:`request_log`): Poisson arrivals, log-normal prompt
   lengths, uniform output lengths, replayed by ``perfkit bench --replay FILE --time-scale SPEED`` so
   that the virtual load is the same at every ``--speed``. 1.5 requests/s of ~250-token prompts and
@@ -95,7 +98,12 @@ class LiveSpec:
     why: str = ""
 
 
-_LLAMA70_TP4 = {"model": "llama-3.1-70b", "gpu": "h100-sxm", "tensor_parallel_size": 4}
+_LLAMA70_TP4 = {
+    "model": "llama-3.1-70b",
+    "gpu": "h100-sxm",
+    "tensor_parallel_size": 4,
+    "served_model_name": "llama-3.1-70b-instruct",
+}
 
 SPECS: dict[str, LiveSpec] = {
     # Seed §5.3. Calibration (offline, 20 min, seeds 1-5): chunked prefill off, 1.5 req/s of the
@@ -109,7 +117,6 @@ SPECS: dict[str, LiveSpec] = {
         "p95-prefill-interference",
         {
             **_LLAMA70_TP4,
-            "served_model_name": "llama-3.1-70b-instruct",
             "enable_chunked_prefill": False,  # V0's scheduler, as the recorded engine ran
             # 16,384 >= max_model_len: vLLM refuses chunked prefill off with a smaller budget
             "max_num_batched_tokens": 16384,
@@ -130,7 +137,7 @@ SPECS: dict[str, LiveSpec] = {
     # Live at --speed 30 (seed 7): triage confirms decode_efficiency; after "drain" TPOT p50 38 -> 18 ms.
     "decode-thermal-throttle": LiveSpec(
         "decode-thermal-throttle",
-        {**_LLAMA70_TP4, "served_model_name": "qwen3-32b"},
+        {**_LLAMA70_TP4},
         {"fault": "thermal", "decode_slowdown": 1.6, "clock_drop": 0.35},  # 1980 -> ~1290 MHz, as recorded
         remedy="drain",
         why="a throttled GPU decodes slower at the same load",
@@ -141,7 +148,7 @@ SPECS: dict[str, LiveSpec] = {
     # confirmed, ranks below it: the release explains it).
     "release-regression": LiveSpec(
         "release-regression",
-        {**_LLAMA70_TP4, "served_model_name": "qwen3-32b"},
+        {**_LLAMA70_TP4},
         {"fault": "deploy", "step_slowdown": 1.6, "version": "v2.4.0"},  # answer.yaml's suspect
         remedy="rollback",
         why="a release made every engine step slower",
@@ -154,7 +161,7 @@ SPECS: dict[str, LiveSpec] = {
     # backlog of ~1,000 takes ~4 minutes, hence a 10-minute settle before the after window.
     "queueing-traffic-surge": LiveSpec(
         "queueing-traffic-surge",
-        {**_LLAMA70_TP4, "served_model_name": "mixtral-8x22b-instruct", "max_num_seqs": 16},
+        {**_LLAMA70_TP4, "max_num_seqs": 16},
         {"fault": "surge", "rate": 5.0, "prompt_tokens": 512, "max_tokens": 128},
         remedy="shed-load",
         timing=Timing(settle=600.0),

@@ -131,7 +131,21 @@ def open_incident(bundle: str = "", **params: Any) -> Context:
         from perfkit.core.secrets import redact_text
 
         ctx.error = redact_text(str(exc))
+        return ctx
+    _identify(ctx)
     return ctx
+
+
+def _identify(ctx: Context) -> None:
+    """The served model and GPU from the evidence's own labels when neither incident.yaml nor the
+    parameters name them (live mode always; a bundle captured without them), so that the decode
+    roofline and the memory estimate can run; said in the scope section."""
+    from perfkit.analyses.workloads import fill_identity
+
+    if ctx.incident is not None and ctx.engine is not None:
+        said = fill_identity(ctx.engine, ctx.incident)
+        if said:
+            ctx.results["identified"] = said
 
 
 def _open_bundle(ctx: Context, bundle: str, wanted: IncidentParams) -> None:
@@ -220,6 +234,7 @@ def scope(ctx: Context) -> Section:
         ctx.params.get("bundle") or ctx.params.get("prometheus_url"),
         report.as_dict() if report else None,
         [w.as_dict() for w in workloads],
+        ctx.results.get("identified", ""),
     )
 
 

@@ -71,8 +71,10 @@ def scope_section(
     evidence: Any,
     scope: Mapping[str, Any] | None = None,
     workloads: Sequence[Mapping[str, Any]] = (),
+    identified: str = "",
 ) -> Section:
-    """The incident's fields as a table; ``source`` is the engine's name, ``evidence`` the bundle or URL.
+    """The incident's fields as a table; ``source`` is the engine's name, ``evidence`` the bundle or URL;
+    ``identified``: what of the model and GPU was read from the evidence's labels (and why not).
 
     ``scope`` is the workload scope's report (what it kept); ``workloads`` those the evidence holds
     when it is not scoped (several: the rows below judge them together, and each one's scope is shown)."""
@@ -90,6 +92,8 @@ def scope_section(
         ["hardware", f"{inc.hardware.count} x {inc.hardware.gpu}"],
         ["evidence", f"{source}: {evidence}"],
     ]
+    if identified:
+        rows.append(["read from the evidence", identified])
     summary = f"{inc.service}: {inc.title}"
     status = "ok"
     if scope:

@@ -215,9 +215,10 @@ def triage_evidence(
     :class:`~perfkit.core.scope.ScopeReport` of already scoped evidence; without one, the
     workloads the evidence holds are listed and, when there are several, the result says they are
     judged together."""
-    from perfkit.analyses.workloads import find_workloads
+    from perfkit.analyses.workloads import fill_identity, find_workloads
     from perfkit.triage.evidence import gather
 
+    fill_identity(engine, incident)  # the same model and GPU the runbook reads (runbook._identify)
     result = run(gather(engine, incident, events=events, logs=logs))
     for m in missing:
         if m not in result.missing:

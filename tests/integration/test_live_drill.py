@@ -178,6 +178,31 @@ def test_live_is_refused_plainly_for_a_drill_without_a_live_form(tmp_path):
     assert "prefix" not in res.output and "kv" not in res.output.lower()
 
 
+def test_a_missing_prometheus_fails_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no prometheus on it
+    for how in ("--live", "--recorded"):
+        res = CliRunner().invoke(cli, ["drill", "start", "drill-11", how, "-o", str(tmp_path / "d")])
+        assert res.exit_code == 2 and "prometheus is not installed" in res.output, res.output
+        assert not (tmp_path / "d").exists()
+
+
+def test_a_failed_live_start_keeps_its_files_aside_and_can_be_retried(tmp_path, monkeypatch):
+    def broken(spec, timing, folder, state):
+        (folder / ".live" / "engine.out").write_text("the simulator's last words\n")
+        raise L.SourceError("http://127.0.0.1:1: the simulator exited with status 1")
+
+    monkeypatch.setattr(L, "_launch", broken)
+    folder = tmp_path / "d"
+    for attempt in (1, 2):
+        res = CliRunner().invoke(cli, ["drill", "start", "drill-11", "--live", "-o", str(folder)])
+        assert res.exit_code == 2 and "exited with status 1" in res.output, res.output
+        assert not folder.exists()  # free for the next try, not "not empty"
+        kept = sorted(tmp_path.glob("d.failed-*"))
+        assert len(kept) == attempt  # each failure keeps its own files; none replaced
+        assert f"the failed start's files are in {kept[-1]}" in res.output
+        assert (kept[-1] / ".live" / "engine.out").read_text() == "the simulator's last words\n"
+
+
 def test_fix_status_and_stop_need_a_live_drill(tmp_path):
     res = CliRunner().invoke(cli, ["drill", "status", "drill-11", "-o", str(tmp_path)])
     assert res.exit_code == 2 and "no live drill here" in res.output
