@@ -38,18 +38,49 @@ class Row:
     baseline: float | None
     incident: float | None
     slo: float | None = None
+    bound: float | None = None  # a latency quantile's first bucket bound, where a side's value lies in it
+    under: tuple[bool, bool] = (False, False)  # (baseline, incident) inside that bucket: "at most bound"
 
     @property
     def ratio(self) -> float | None:
-        if self.baseline in (None, 0) or self.incident is None:
+        """incident / baseline; where one side lies in the first bucket, the bound the histogram does
+        guarantee: at least ``incident / bound`` (baseline inside), at most ``bound / baseline``
+        (incident inside); None where both do (the histogram cannot tell them apart)."""
+        if self.baseline in (None, 0) or self.incident is None or all(self.under):
             return None
+        if self.bound is not None and self.under[0]:
+            return self.incident / self.bound
+        if self.bound is not None and self.under[1]:
+            return self.bound / self.baseline
         return self.incident / self.baseline
+
+    @property
+    def ratio_text(self) -> str:
+        """The ratio for people: ``2.10x``, ``≥ 46.00x`` or ``≤ 0.50x`` (see :attr:`ratio`), else n/a."""
+        r = self.ratio
+        if r is None:
+            return "n/a"
+        return ("≥ " if self.under[0] else "≤ " if self.under[1] else "") + f"{r:.2f}x"
 
     @property
     def breach(self) -> bool | None:
         if self.slo is None or self.incident is None:
             return None
+        if self.under[1] and self.bound is not None:  # only "at most bound" is known
+            return False if self.bound <= self.slo else None
         return self.incident > self.slo
+
+    @property
+    def note(self) -> str:
+        """Which side's value is only an upper bound (:class:`~perfkit.engine.signals.FirstBucket`)."""
+        if not any(self.under) or self.bound is None:
+            return ""
+        side = "both" if all(self.under) else ("baseline" if self.under[0] else "incident")
+        return f"{side} ≤ {_ms(self.bound)} (first bucket: interpolated from 0)"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:g} s"
 
 
 @dataclass
@@ -78,6 +109,7 @@ class BaselineComparison:
                 "change_x": [round(r.ratio, 2) if r.ratio is not None else None for r in self.rows],
                 "slo": [r.slo for r in self.rows],
                 "breach": [r.breach for r in self.rows],
+                "note": [r.note for r in self.rows],
             },
             schema={
                 "metric": pl.Utf8,
@@ -87,6 +119,7 @@ class BaselineComparison:
                 "change_x": pl.Float64,
                 "slo": pl.Float64,
                 "breach": pl.Boolean,
+                "note": pl.Utf8,
             },
         )
 
@@ -110,6 +143,7 @@ class BaselineComparison:
                     "ratio": r.ratio,
                     "slo": r.slo,
                     "breach": r.breach,
+                    **({"first_bucket": r.bound, "under": list(r.under)} if any(r.under) else {}),
                 }
                 for r in self.rows
             ],
@@ -121,10 +155,11 @@ class BaselineComparison:
         }
 
 
-def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict]:
+def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict, dict]:
     qs = {sig: S.window_quantiles(engine, sig, QUANTILES, window, queries) for sig in LATENCIES}
     if all(v is None for v in qs["tpot"].values()):
         qs.pop("tpot")
+    firsts = {sig: S.first_bucket(engine, sig, window, queries) for sig in qs}
     rates = {
         "requests_per_s": S.histogram_rate(engine, "e2e", window, queries),
         "generated_tokens_per_s": S.counter_rate(engine, "generation_tokens_total", window, queries),
@@ -138,7 +173,7 @@ def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict
         "kv_cache_usage_avg": S.gauge_stat(engine, "kv_cache_usage", window, "avg", queries, combine="max"),
         "kv_cache_usage_max": S.gauge_stat(engine, "kv_cache_usage", window, "max", queries, combine="max"),
     }
-    return qs, rates
+    return qs, rates, firsts
 
 
 def _hit_rate(engine, window: Window, queries: list[str]) -> float | None:
@@ -160,22 +195,31 @@ def _error_rate(engine, window: Window, queries: list[str]) -> float | None:
 def compare(engine, window: Window, baseline: Window | None, slo: dict[str, float]) -> BaselineComparison:
     queries: list[str] = []
     missing: list[str] = []
-    inc_q, inc_r = side_numbers(engine, window, queries)
+    inc_q, inc_r, inc_f = side_numbers(engine, window, queries)
     if baseline is not None:
-        base_q, base_r = side_numbers(engine, baseline, [])
+        base_q, base_r, base_f = side_numbers(engine, baseline, [])
     else:
-        base_q, base_r = {}, {}
+        base_q, base_r, base_f = {}, {}, {}
         missing.append("baseline: no baseline window given; showing the incident alone")
     rows: list[Row] = []
     for sig, by_q in inc_q.items():
+        fb, fi = base_f.get(sig), inc_f.get(sig)
         for q in QUANTILES:
+            b, i = base_q.get(sig, {}).get(q), by_q.get(q)
+            under = (
+                b is not None and fb is not None and fb.holds(q),
+                i is not None and fi is not None and fi.holds(q),
+            )
+            bound = (fi if under[1] else fb if under[0] else None) or None
             rows.append(
                 Row(
                     f"{LABELS[sig]} p{round(q * 100)}",
                     "s",
-                    base_q.get(sig, {}).get(q),
-                    by_q.get(q),
+                    b,
+                    i,
                     slo.get(SLO_KEY.get((sig, q), "")),
+                    bound.bound if bound else None,
+                    under,
                 )
             )
     units = {

@@ -52,12 +52,27 @@ def window_side(engine: Any, window: Window, name: str, *, baseline: Window | No
         )
         per_block = _block_values(engine, span, window, blocks, block_s, queries)
         jackknife = _jackknife_quantiles(engine, span, blocks, block_s, queries)
+    firsts = {
+        m.signal: S.first_bucket(engine, m.signal, window, queries) for m in METRICS if m.q and m.signal
+    }
     for key, value in whole.items():
         got = [v for v in per_block.get(key, []) if v is not None and math.isfinite(v)]
         se = statistics.stdev(got) / math.sqrt(len(got)) if len(got) >= MIN_BLOCKS else None
-        if BY_KEY[key].q is not None:
+        m, resolution = BY_KEY[key], 0.0
+        if m.q is not None:
             se = jackknife.get(key)
-        side.values[key] = Measure(value if value is not None and math.isfinite(value) else None, se)
+            fb = firsts.get(m.signal or "")
+            if value is not None and fb is not None and fb.holds(m.q):
+                # histogram_quantile interpolated it from 0 inside the first bucket: it is at most the
+                # bucket's bound, so no change smaller than that bound can be told from it
+                resolution = fb.bound
+                side.notes.append(
+                    f"{name}: {m.label} lies in its histogram's first bucket: at most {fb.bound * 1000:.0f} ms "
+                    "(the value shown is interpolated from 0; changes within the bucket cannot be judged)"
+                )
+        side.values[key] = Measure(
+            value if value is not None and math.isfinite(value) else None, se, resolution
+        )
     side.requests = S.window_count(engine, "e2e", window, queries=queries)
     if blocks >= MIN_BLOCKS:
         side.noise = f"{blocks} blocks of {_duration(block_s)} (batch means, block jackknife)"

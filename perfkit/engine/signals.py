@@ -200,6 +200,51 @@ def window_quantiles(
     return out
 
 
+@dataclass(frozen=True)
+class FirstBucket:
+    """A histogram's first bucket over a window: its upper bound and the share of the window's
+    observations in it. ``histogram_quantile`` interpolates inside that bucket from 0, so a quantile
+    that falls there says only "at most ``bound``": vLLM's queue, prefill, decode and E2E buckets start
+    at 0.3 s, and a healthy server's queue p50 of 2 ms reads as 150 ms."""
+
+    bound: float
+    share: float
+
+    def holds(self, q: float) -> bool:
+        """Whether the ``q`` quantile falls in this bucket (its rank ``q x count`` is within it)."""
+        return self.share >= q
+
+
+def first_bucket(
+    engine: Engine, signal: str, window: Window, queries: list[str] | None = None
+) -> FirstBucket | None:
+    """The :class:`FirstBucket` of a histogram signal in ``window``: the lowest finite ``le`` above 0
+    (a bucket at or under 0 is exact, not interpolated) and its share of ``le="+Inf"``. None when
+    the signal is absent or saw nothing."""
+    res = resolve(engine, signal)
+    if res.metric is None:
+        return None
+    expr = ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_bucket"), window.seconds), "le")
+    if queries is not None:
+        queries.append(to_promql(expr))
+    frame = engine.instant(expr, window.end)
+    if not frame.height or "le" not in frame.columns:
+        return None
+    counts: dict[float, float] = {}
+    for le, value in zip(frame["le"].to_list(), frame["value"].to_list(), strict=True):
+        try:
+            bound = float(le)
+        except (TypeError, ValueError):
+            continue  # not a bucket bound: left out, as histogram_quantile does
+        if value is not None and math.isfinite(float(value)):
+            counts[bound] = counts.get(bound, 0.0) + float(value)
+    total = counts.get(math.inf)
+    finite = sorted(b for b in counts if math.isfinite(b))
+    if not total or total <= 0 or not finite or finite[0] <= 0:
+        return None
+    return FirstBucket(finite[0], min(1.0, max(0.0, counts[finite[0]] / total)))
+
+
 def window_mean(
     engine: Engine, signal: str, window: Window, queries: list[str] | None = None
 ) -> float | None:

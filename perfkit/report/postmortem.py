@@ -74,6 +74,14 @@ def _fmt_s(v: float | None) -> str:
     return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
 
 
+def _fmt_q(r: Any, side: int) -> str:
+    """A baseline row's quantile on one side (0 baseline, 1 incident); "≤ bound" where it lies in the
+    histogram's first bucket, whose interpolated value says nothing more."""
+    if r.under[side] and r.bound is not None:
+        return f"≤ {_fmt_s(r.bound)}"
+    return _fmt_s(r.incident if side else r.baseline)
+
+
 def build(
     incident: Incident,
     *,
@@ -108,9 +116,9 @@ def build(
                 impact_rows.append(
                     [
                         r.metric,
-                        _fmt_s(r.baseline),
-                        _fmt_s(r.incident),
-                        f"{r.ratio:.2f}x" if r.ratio else "n/a",
+                        _fmt_q(r, 0),
+                        _fmt_q(r, 1),
+                        r.ratio_text,
                         _fmt_s(r.slo) if r.slo is not None else "",
                         "BREACH" if r.breach else "",
                     ]

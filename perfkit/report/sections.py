@@ -221,10 +221,11 @@ def baseline_section(res: Any) -> Section:
     head = res.headline()
     breaches = [r.metric for r in res.rows if r.breach]
     if head and head.ratio:
-        summary = (
-            f"{head.metric} {head.incident:.3g} s vs {head.baseline:.3g} s in the baseline "
-            f"({head.ratio:.2f}x)"
+        base, now = (
+            f"≤ {head.bound:.3g}" if under and head.bound is not None else f"{value:.3g}"
+            for under, value in zip(head.under, (head.baseline, head.incident), strict=True)
         )
+        summary = f"{head.metric} {now} s vs {base} s in the baseline ({head.ratio_text})"
     else:
         summary = "no latency quantiles to compare: " + "; ".join(res.missing or ["no latency histograms"])
     if breaches:

@@ -54,7 +54,7 @@ def test_rows_order_slo_breach_and_headline(result):
     assert (itl.baseline, itl.incident, itl.ratio) == (None, None, None)
     ttft95 = result.get("TTFT p95")
     assert ttft95.slo == 1.0 and ttft95.breach is True
-    assert ttft95.ratio == pytest.approx(4.6 / 0.095, rel=REL)
+    assert ttft95.ratio == pytest.approx(4.6 / 0.1, rel=REL)  # at least: the baseline is in the first bucket
     e2e99 = result.get("E2E p99")
     assert e2e99.slo == 10.0 and e2e99.breach is False
     assert result.get("TTFT p50").slo is None and result.get("TTFT p50").breach is None
@@ -103,3 +103,31 @@ def test_without_a_baseline():
     assert result.get("TTFT p95").incident == pytest.approx(4.6, rel=REL)
     assert result.headline() is None
     assert result.missing[0] == "baseline: no baseline window given; showing the incident alone"
+
+
+def test_quantiles_in_the_first_bucket_are_upper_bounds(result):
+    # TPOT: every observation in (0, 0.1] on both sides: its quantiles are histogram_quantile's
+    # interpolation from 0 (0.1 x Q) and say only "at most 100 ms": no ratio between them
+    tpot = result.get("TPOT p50")
+    assert tpot.under == (True, True) and tpot.bound == 0.1 and tpot.ratio is None
+    assert tpot.note == "both ≤ 100 ms (first bucket: interpolated from 0)"
+    # queue p50: the incident's rank 80 is the last of the 80 in the first bucket: at most 100 ms too
+    assert result.get("queue p50").under == (True, True)
+    # TTFT p95: the baseline is a bound, the incident's 4.6 s is measured: the ratio is the growth
+    # the histogram guarantees (4.6 / 0.1, not the interpolated 4.6 / 0.095), and says so
+    ttft = result.get("TTFT p95")
+    assert ttft.under == (True, False) and ttft.ratio == pytest.approx(4.6 / 0.1, rel=REL)
+    assert ttft.ratio_text == "≥ 46.00x" and ttft.note.startswith("baseline ≤ 100 ms")
+    e2e = result.get("E2E p95")
+    assert e2e.note == "" and e2e.under == (False, False) and e2e.ratio_text == f"{4.6 / 0.975:.2f}x"
+    assert result.headline().metric == "TTFT p99"  # >= 4.92 / 0.1: the largest growth
+    notes = dict(zip(result.table()["metric"].to_list(), result.table()["note"].to_list(), strict=True))
+    assert notes["TPOT p95"].startswith("both") and notes["E2E p99"] == ""
+
+
+def test_an_slo_above_the_bound_is_met_and_one_below_it_is_unknown():
+    from perfkit.analyses.baseline import Row
+
+    assert Row("TTFT p95", "s", 0.05, 0.095, 0.2, 0.1, (True, True)).breach is False
+    assert Row("TTFT p95", "s", 0.05, 0.095, 0.05, 0.1, (True, True)).breach is None
+    assert Row("TTFT p95", "s", 0.05, 0.095, 0.05).breach is True  # a measured value is judged

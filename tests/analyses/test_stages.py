@@ -55,6 +55,17 @@ def test_p95_per_stage(result):
             assert result.p95[side][stage] == pytest.approx(value, rel=REL), (side, stage)
 
 
+def test_a_p95_in_the_first_bucket_is_only_an_upper_bound(result):
+    # baseline queue, prefill and TTFT: every observation in (0, 0.1], so their p95 of 95 ms is
+    # histogram_quantile's interpolation from 0: only "at most 100 ms" is known; the incident's are not
+    assert result.p95_under["baseline"] == {"queue": 0.1, "prefill": 0.1, "ttft": 0.1}
+    assert result.p95_under["incident"] == {}
+    rows = {r["stage"]: r for r in result.table().iter_rows(named=True)}
+    assert rows["queue"]["note"] == "p95 baseline ≤ 100 ms (first bucket: interpolated from 0)"
+    assert rows["decode"]["note"] == ""
+    assert rows["queue"]["p95_delta_s"] == pytest.approx(4.6 - 0.095, rel=REL)  # one side is real
+
+
 def test_queue_owns_the_tail_and_ttft_growth(result):
     # p95 ratios: queue 4.6 / 0.095 = 48.4, prefill 0.48 / 0.095 = 5.05, decode per token
     # (TPOT) unchanged -> queue. TTFT: queue mean +1.5 s vs prefill +0.2 s -> queue.
@@ -104,6 +115,11 @@ def test_a_change_too_small_to_feel_owns_nothing():
     result = breakdown(build(hist), INCIDENT, BASELINE)
     assert result.p95["incident"]["queue"] == pytest.approx(0.1 * 1520 / 1560, rel=REL)
     assert result.tail_owner is None
+    assert result.ttft_owner is None  # the queue and prefill means did not move: nothing made TTFT grow
+    prefill = result.table().row(1, named=True)  # in the first bucket on both sides: no delta to show
+    assert prefill["stage"] == "prefill" and prefill["p95_delta_s"] is None
+    assert prefill["note"] == "p95 both ≤ 100 ms (first bucket: interpolated from 0)"
+    assert "TTFT grew" not in result.summary()
     assert result.missing == []
 
 

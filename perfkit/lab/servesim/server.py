@@ -88,21 +88,28 @@ _Item = tuple[int, bool, float, str]  # an engine output to a stream: (tokens, f
 
 
 class VirtualClock:
-    """Virtual seconds since start: ``(monotonic() - w0) * speed``, held back when the engine is late."""
+    """Virtual seconds since start: ``(monotonic() - w0) * speed``, held back when the engine is late,
+    and never backwards: a time once read (a request's arrival, a log stamp) is never passed again
+    by a later reading, or a request that arrived while the engine ran late would be scheduled
+    before it arrived (a negative queue time, a histogram ``_sum`` that falls: a counter reset to
+    Prometheus, whose ``increase()`` then counts the whole sum again)."""
 
     def __init__(self, speed: float) -> None:
         self.speed, self.w0, self.held = speed, time.monotonic(), 0.0
+        self.last = 0.0  # the latest virtual time handed out
 
     def now(self) -> float:
-        return (time.monotonic() - self.w0) * self.speed
+        self.last = max(self.last, (time.monotonic() - self.w0) * self.speed)
+        return self.last
 
     def wall(self, v: float) -> float:
         """The ``time.monotonic()`` at which virtual time reaches ``v`` (if nothing holds it)."""
         return self.w0 + v / self.speed
 
     def hold(self, v: float) -> None:
-        """Virtual time may not run past ``v`` while the engine was busy up to it: stand still."""
-        late = time.monotonic() - self.wall(v)
+        """Virtual time may not run past ``v`` while the engine was busy up to it: stand still (at
+        the latest time already handed out, when that is later than ``v``)."""
+        late = time.monotonic() - self.wall(max(v, self.last))
         if late > 0:
             self.w0 += late
             self.held += late
