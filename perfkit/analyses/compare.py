@@ -129,6 +129,7 @@ class Measure:
     value: float | None
     se: float | None = None
     resolution: float = 0.0
+    bound: float | None = None  # a quantile in its histogram's first bucket: only "at most bound" is known
 
 
 @dataclass
@@ -178,9 +179,18 @@ class Row:
     status: str
     counted: bool
     why: str | None = None  # why no data, or why the row does not count
+    before_bound: float | None = None  # a side in its histogram's first bucket: at most this
+    after_bound: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
+
+    def shown(self, side: str) -> str:
+        """One side's value for people: ``≤ 300 ms`` where only the first bucket's bound is known."""
+        bound = self.before_bound if side == "before" else self.after_bound
+        if bound is not None:
+            return f"≤ {_fmt(bound, self.unit)}"
+        return _fmt(self.before if side == "before" else self.after, self.unit)
 
 
 @dataclass
@@ -232,7 +242,7 @@ class Comparison:
             )
             return f"cannot judge: {why}"
         assert row is not None
-        sym = f"{row.label} {_fmt(row.before, row.unit)} → {_fmt(row.after, row.unit)} ({_pct(row)})"
+        sym = f"{row.label} {row.shown('before')} → {row.shown('after')} ({_pct(row)})"
         worse = ", ".join(f"{r.label} {_pct(r)}" for r in self.regressed if r.metric != row.metric)
         band = f"band ±{_fmt(row.band, row.unit)}"
         text = {
@@ -328,21 +338,27 @@ def _row(
     if m.q == 0.99 and (few is None or few < P99_MIN_REQUESTS):
         return Row(m.key, m.label, m.unit, m.direction, b.value, a.value, _change(b.value, a.value), None, None,
                    "no data", False, f"a p99 needs {P99_MIN_REQUESTS:,} requests a side")  # fmt: skip
+    # a side in its histogram's first bucket is anywhere in [0, bound]: judged by the least change
+    # the two sides allow (a move inside the bucket is none)
+    lo_b, hi_b = (0.0, b.bound) if b.bound is not None else (b.value, b.value)
+    lo_a, hi_a = (0.0, a.bound) if a.bound is not None else (a.value, a.value)
     se_b, se_a = b.se if b.se is not None else a.se, a.se if a.se is not None else b.se
     terms = {
-        "relative": m.relative * abs(b.value),
+        "relative": m.relative * abs(hi_b),
         "noise": K * math.sqrt((se_b or 0.0) ** 2 + (se_a or 0.0) ** 2),
         "floor": m.floor,
         "resolution": max(b.resolution, a.resolution),
     }
     band_from = max(terms, key=lambda t: terms[t])
     band = terms[band_from]
-    worse = (a.value - b.value) * (1.0 if m.direction == LOWER else -1.0)
-    status = "regressed" if worse > band else "improved" if -worse > band else "within noise"
-    change = _change(b.value, a.value)
-    return Row(
-        m.key, m.label, m.unit, m.direction, b.value, a.value, change, band, band_from, status, counted, why
-    )
+    worse, better = (lo_a - hi_b, lo_b - hi_a) if m.direction == LOWER else (lo_b - hi_a, lo_a - hi_b)
+    status = "regressed" if worse > band else "improved" if better > band else "within noise"
+    bounded = b.bound is not None or a.bound is not None
+    if b.bound is not None and a.bound is not None and why is None:
+        why = "both in the histogram's first bucket: it cannot tell them apart"
+    change = None if bounded else _change(b.value, a.value)
+    return Row(m.key, m.label, m.unit, m.direction, b.value, a.value, change, band, band_from, status, counted,
+               why, b.bound, a.bound)  # fmt: skip
 
 
 def _symptom(rows: list[Row], before: Side, asked: str) -> tuple[str | None, str]:
@@ -383,7 +399,7 @@ def _load_notes(result: Comparison, windows: bool) -> list[str]:
 
 def _verdict_text(r: Row) -> str:
     text = r.status
-    if r.why and (r.status == "no data" or not r.counted):
+    if r.why and (r.status == "no data" or not r.counted or r.before_bound is not None):
         text += f" ({r.why})"
     return text
 
@@ -395,7 +411,7 @@ def _change(before: float, after: float) -> float | None:
 def _pct(r: Row) -> str:
     if r.change_pct is not None:
         return f"{r.change_pct:+.0f} %"
-    return f"{_fmt(r.before, r.unit)} → {_fmt(r.after, r.unit)}"
+    return f"{r.shown('before')} → {r.shown('after')}"
 
 
 def _fmt(value: float | None, unit: str) -> str:

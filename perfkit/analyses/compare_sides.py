@@ -52,26 +52,23 @@ def window_side(engine: Any, window: Window, name: str, *, baseline: Window | No
         )
         per_block = _block_values(engine, span, window, blocks, block_s, queries)
         jackknife = _jackknife_quantiles(engine, span, blocks, block_s, queries)
-    firsts = {
-        m.signal: S.first_bucket(engine, m.signal, window, queries) for m in METRICS if m.q and m.signal
-    }
+    quantiled = dict.fromkeys(m.signal for m in METRICS if m.q is not None and m.signal)
+    firsts = {sig: S.first_bucket(engine, sig, window, queries) for sig in quantiled if sig}
     for key, value in whole.items():
         got = [v for v in per_block.get(key, []) if v is not None and math.isfinite(v)]
         se = statistics.stdev(got) / math.sqrt(len(got)) if len(got) >= MIN_BLOCKS else None
-        m, resolution = BY_KEY[key], 0.0
+        m, bound = BY_KEY[key], None
         if m.q is not None:
             se = jackknife.get(key)
             fb = firsts.get(m.signal or "")
             if value is not None and fb is not None and fb.holds(m.q):
-                # histogram_quantile interpolated it from 0 inside the first bucket: it is at most the
-                # bucket's bound, so no change smaller than that bound can be told from it
-                resolution = fb.bound
+                bound = fb.bound  # histogram_quantile interpolated it from 0: at most the bucket's bound
                 side.notes.append(
                     f"{name}: {m.label} lies in its histogram's first bucket: at most {fb.bound * 1000:.0f} ms "
-                    "(the value shown is interpolated from 0; changes within the bucket cannot be judged)"
+                    "(the value histogram_quantile gives there is interpolated from 0)"
                 )
         side.values[key] = Measure(
-            value if value is not None and math.isfinite(value) else None, se, resolution
+            value if value is not None and math.isfinite(value) else None, se, bound=bound
         )
     side.requests = S.window_count(engine, "e2e", window, queries=queries)
     if blocks >= MIN_BLOCKS:

@@ -47,14 +47,18 @@ class StageBreakdown:
             b, i = self.means.get("baseline", {}).get(stage), self.means.get("incident", {}).get(stage)
             pb, pi = self.p95.get("baseline", {}).get(stage), self.p95.get("incident", {}).get(stage)
             under = [side for side in ("baseline", "incident") if stage in self.p95_under.get(side, {})]
-            both = len(under) == 2  # the histogram cannot tell the two apart: no delta
+            # a side in the first bucket counts as its bound: the delta is then the least (baseline
+            # inside) or most (incident inside) the histogram allows; both inside: no delta at all
+            pb = self.p95_under["baseline"][stage] if "baseline" in under else pb
+            pi = self.p95_under["incident"][stage] if "incident" in under else pi
+            both = len(under) == 2
             rows.append(
                 {
                     "stage": stage,
                     "mean_baseline_s": b,
                     "mean_incident_s": i,
-                    "p95_baseline_s": pb,
-                    "p95_incident_s": pi,
+                    "p95_baseline_s": self.p95.get("baseline", {}).get(stage),
+                    "p95_incident_s": self.p95.get("incident", {}).get(stage),
                     "p95_delta_s": (pi - pb) if pi is not None and pb is not None and not both else None,
                     "note": _under_note(under, self.p95_under, stage),
                 }
@@ -77,9 +81,12 @@ class StageBreakdown:
             if self.missing:
                 return "per-stage histograms missing: cannot say which stage owns the tail"
             return "no stage's p95 grew noticeably against the baseline"
-        d = self.p95
-        b, i = d.get("baseline", {}).get(self.tail_owner), d.get("incident", {}).get(self.tail_owner)
-        text = f"the {self.tail_owner} stage owns the tail: p95 {_s(b)} → {_s(i)}"
+        shown = [
+            f"≤ {_s(bound)}" if (bound := self.p95_under.get(side, {}).get(self.tail_owner)) is not None
+            else _s(self.p95.get(side, {}).get(self.tail_owner))
+            for side in ("baseline", "incident")
+        ]  # fmt: skip
+        text = f"the {self.tail_owner} stage owns the tail: p95 {shown[0]} → {shown[1]}"
         if self.ttft_owner:
             text += f"; TTFT grew mostly in {self.ttft_owner}"
         return text
@@ -201,7 +208,13 @@ def breakdown(engine, window: Window, baseline: Window | None) -> StageBreakdown
     for s in STAGES:
         if pi.get(s) is None:
             missing.append(f"stages: no {s} histogram ({S.HISTOGRAMS[s][0]})")
-    tail_owner = _tail_owner(engine, window, baseline, pi, p95.get("baseline", {}), queries)
+    under = {"incident": _p95_under(engine, window, queries)}
+    if baseline:
+        under["baseline"] = _p95_under(engine, baseline, [])
+    bounded = {side: {**p95[side], **under[side]} for side in under}  # a first-bucket p95 as its bound
+    tail_owner = _tail_owner(
+        engine, window, baseline, bounded["incident"], bounded.get("baseline", {}), queries
+    )
     ttft_owner = None
     if baseline and all(
         means[side].get(s) is not None for side in ("incident", "baseline") for s in ("queue", "prefill")
@@ -211,9 +224,6 @@ def breakdown(engine, window: Window, baseline: Window | None) -> StageBreakdown
         if max(dq, dp) >= MIN_GROWTH_S:
             ttft_owner = "queue" if dq >= dp else "prefill"
     shares = typical_shares(engine, window, mi, queries)
-    under = {"incident": _p95_under(engine, window, queries)}
-    if baseline:
-        under["baseline"] = _p95_under(engine, baseline, [])
     return StageBreakdown(means, p95, tail_owner, ttft_owner, shares, queries, missing, under)
 
 

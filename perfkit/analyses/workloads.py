@@ -139,11 +139,12 @@ def identify(engine: S.Engine, window: Window) -> Identity:
     notes: list[str] = []
     for what, marks, label in (("model", SERVING, MODEL_LABEL), ("GPU", GPU_MARKS, GPU_NAME_LABEL)):
         mark = next((m for m in marks if engine.has(m)), None)
-        values = (
-            sorted({str(r.get(label) or "") for r in _count_by(engine, mark, (label,), window)} - {""})
-            if mark
-            else []
-        )
+        seen = {str(r.get(label) or "") for r in _count_by(engine, mark, (label,), window)} if mark else set()
+        values = sorted(v for v in seen if _is_name(v))
+        if len(values) < len(seen - {""}):
+            notes.append(
+                f"a {label} value that is no name (control characters, or over {MAX_NAME} characters) was left out"
+            )
         found[what] = values[0] if len(values) == 1 else None
         if len(values) > 1:
             shown = ", ".join(repr(v[:80]) for v in values[:4]) + (" ..." if len(values) > 4 else "")
@@ -151,6 +152,13 @@ def identify(engine: S.Engine, window: Window) -> Identity:
                 f"{len(values)} values of {label} in the evidence ({shown}): set scope to one workload"
             )
     return Identity(found["model"], found["GPU"], tuple(notes))
+
+
+MAX_NAME = 200  # a served model's or a GPU's name; a label value longer than this names neither
+
+
+def _is_name(value: str) -> bool:
+    return 0 < len(value) <= MAX_NAME and value.isprintable()
 
 
 def fill_identity(engine: S.Engine, incident: Incident) -> str:

@@ -286,8 +286,8 @@ def print_comparison(result: Comparison, console: Console) -> None:
         verdict = r.status + (f" ({r.why})" if r.why else "")
         table.add_row(
             escape(r.label + (" ★" if r.metric == result.symptom else "") + (" ↓" if r.direction.startswith("lower") else " ↑")),
-            fmt_value(r.before, r.unit),
-            fmt_value(r.after, r.unit),
+            r.shown("before"),
+            r.shown("after"),
             "-" if r.change_pct is None else f"{r.change_pct:+.1f} %",
             f"±{fmt_value(r.band, r.unit)} ({r.band_from})" if r.band is not None else "-",
             f"[{style}]{escape(verdict)}[/]" if style else escape(verdict),

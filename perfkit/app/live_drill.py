@@ -223,24 +223,23 @@ def start(
     except BaseException as exc:
         _stop_all(folder, state, lambda _line: None)
         kept = _set_aside(folder)
-        exc.add_note(f"the failed start's files are in {kept}; the drill can be started again")
+        again = "the drill can be started again" if kept != folder else "remove it to start again"
+        exc.add_note(f"the failed start's files are in {kept}; {again}")
         raise
     return Started(label, folder, runbook, params, first, state)
 
 
 def _set_aside(folder: Path) -> Path:
-    """Move a failed start's folder (it was empty before, so it holds only what the start wrote)
-    to a new sibling ``<name>.failed-<UTC time>``, so that its logs stay and the drill's own folder
-    is free for the next try. Never replaces an existing path."""
+    """Move a failed start's folder (empty before: it holds only what the start wrote) to a new sibling
+    ``<name>.failed-<UTC time>``: its logs stay, the drill's folder is free. Replaces nothing."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     for n in range(100):
         kept = folder.with_name(f"{folder.name}.failed-{stamp}" + (f"-{n}" if n else ""))
         if not kept.exists():
-            try:
+            with contextlib.suppress(OSError):
                 folder.rename(kept)
-            except OSError:
-                return folder
-            return kept
+                return kept
+            break
     return folder
 
 
@@ -424,8 +423,9 @@ def _write_runbook(
             if k in ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s")
         }
     )
+    params["gpu_count"] = state["gpus"]  # the tensor-parallel size: the decode roofline needs it
     if recorded.hardware.usd_per_gpu_hour:
-        params.update(gpu_count=state["gpus"], usd_per_gpu_hour=recorded.hardware.usd_per_gpu_hour)
+        params["usd_per_gpu_hour"] = recorded.hardware.usd_per_gpu_hour
     state["params"] = params
     write_state(folder, state)
     scenarios = tuple(sorted(names))

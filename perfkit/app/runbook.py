@@ -143,7 +143,10 @@ def _identify(ctx: Context) -> None:
     from perfkit.analyses.workloads import fill_identity
 
     if ctx.incident is not None and ctx.engine is not None:
-        said = fill_identity(ctx.engine, ctx.incident)
+        try:
+            said = fill_identity(ctx.engine, ctx.incident)
+        except Exception as exc:  # noqa: BLE001 - a runbook never dies of it: the Scope section says so
+            said = f"model and GPU labels not read: {type(exc).__name__}: {str(exc)[:200]}"
         if said:
             ctx.results["identified"] = said
 

@@ -19,6 +19,7 @@ class Hardware:
     gpu: str = "unknown"
     count: int = 1
     usd_per_gpu_hour: float | None = None
+    count_known: bool = True  # False: ``count`` is the default 1, not given (no tensor-parallel size)
 
 
 @dataclass
@@ -108,6 +109,7 @@ def parse_incident(data: Any, *, path: str = "incident.yaml") -> Incident:
     hardware = Hardware(
         gpu=str(hw.get("gpu", "unknown")),
         count=int(hw.get("count", 1) or 1),
+        count_known=bool(hw.get("count")),
         usd_per_gpu_hour=float(hw["usd_per_gpu_hour"]) if hw.get("usd_per_gpu_hour") is not None else None,
     )
     scope, hosts = str(data.get("scope") or ""), data.get("hosts") or ""

@@ -218,9 +218,10 @@ class FirstBucket:
 def first_bucket(
     engine: Engine, signal: str, window: Window, queries: list[str] | None = None
 ) -> FirstBucket | None:
-    """The :class:`FirstBucket` of a histogram signal in ``window``: the lowest finite ``le`` above 0
-    (a bucket at or under 0 is exact, not interpolated) and its share of ``le="+Inf"``. None when
-    the signal is absent or saw nothing."""
+    """The :class:`FirstBucket` of a histogram signal in ``window``: the lowest ``le`` above 0 (below
+    it histogram_quantile interpolates from 0, or returns a bucket at or under 0 exactly) and the
+    share of the observations at or under it, of the total histogram_quantile uses (``+Inf``, after
+    its monotonic fix). None when the signal is absent or saw nothing."""
     res = resolve(engine, signal)
     if res.metric is None:
         return None
@@ -238,11 +239,13 @@ def first_bucket(
             continue  # not a bucket bound: left out, as histogram_quantile does
         if value is not None and math.isfinite(float(value)):
             counts[bound] = counts.get(bound, 0.0) + float(value)
-    total = counts.get(math.inf)
-    finite = sorted(b for b in counts if math.isfinite(b))
-    if not total or total <= 0 or not finite or finite[0] <= 0:
+    positive = sorted(b for b in counts if 0 < b < math.inf)
+    # histogram_quantile's total: the +Inf count after its monotonic fix (no bucket above a later one)
+    total = max(counts.values(), default=0.0) if math.inf in counts else 0.0
+    if total <= 0 or not positive:
         return None
-    return FirstBucket(finite[0], min(1.0, max(0.0, counts[finite[0]] / total)))
+    first = max(v for b, v in counts.items() if b <= positive[0])  # the cumulative count at the bound
+    return FirstBucket(positive[0], min(1.0, max(0.0, first / total)))
 
 
 def window_mean(

@@ -158,8 +158,8 @@ def build(
         parts.append(job.headline)
     elif head and head.ratio:
         parts.append(
-            f"{head.metric} was {_fmt_s(head.incident)} against {_fmt_s(head.baseline)} in the baseline "
-            f"({head.ratio:.1f}x)."
+            f"{head.metric} was {_fmt_q(head, 1)} against {_fmt_q(head, 0)} in the baseline "
+            f"({head.ratio_text})."
         )
     if top and top.verification.verdict == "confirmed":
         parts.append(f"Most likely direction: {top.row.direction} (confirmed: {top.verification.why}).")

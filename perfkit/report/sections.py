@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from perfkit.analyses.baseline import USER_FACING
 from perfkit.analyses.workloads import describe
 from perfkit.core.findings import Finding, record, table_from_frame
 from perfkit.core.frames import iso
@@ -226,6 +227,11 @@ def baseline_section(res: Any) -> Section:
             for under, value in zip(head.under, (head.baseline, head.incident), strict=True)
         )
         summary = f"{head.metric} {now} s vs {base} s in the baseline ({head.ratio_text})"
+    elif (felt := [r for r in res.rows if r.unit == "s" and r.metric.split()[0] in USER_FACING and r.incident is not None]) and all(all(r.under) for r in felt):  # fmt: skip
+        summary = (
+            "no latency quantile moved beyond what the histograms resolve: every one measured lies in "
+            "its first bucket in both windows (see the table's note)"
+        )
     else:
         summary = "no latency quantiles to compare: " + "; ".join(res.missing or ["no latency histograms"])
     if breaches:

@@ -177,7 +177,11 @@ def live_incident(
         window=window,
         baseline=baseline,
         slo={k: float(v) for k, v in (slo or {}).items() if v},
-        hardware=Hardware(count=int(gpu_count) or 1, usd_per_gpu_hour=float(usd_per_gpu_hour) or None),
+        hardware=Hardware(
+            count=int(gpu_count) or 1,
+            usd_per_gpu_hour=float(usd_per_gpu_hour) or None,
+            count_known=bool(int(gpu_count)),
+        ),
         scope=scope,
         hosts=hosts,
     )

@@ -273,11 +273,19 @@ def detect_tpot(ev: Evidence) -> Detection:
     return Detection(slower.ok, strength, facts, cuts=cuts_of(slower))
 
 
+NO_GPU_COUNT = (
+    "the GPU count is not known (incident.yaml's hardware.count, or -p gpu_count=N): "
+    "the per-GPU share of the weights and KV cache depends on it"
+)
+
+
 def _decode_share(ev: Evidence) -> tuple[str, dict[str, Any]]:
     """Decode's share of its HBM roofline in each window (analyses/roofline.py); tp = the GPU count."""
     spec, gpu, why_not = lookup(ev.incident.model, ev.incident.hardware.gpu)
     if spec is None or gpu is None:
         return "", {"unavailable": why_not}
+    if not ev.incident.hardware.count_known:
+        return "", {"unavailable": NO_GPU_COUNT}
     tp, tok = ev.incident.hardware.count, ev.per_token()
     try:
         sides = {
@@ -553,6 +561,8 @@ def _memory_estimate(ev: Evidence) -> tuple[str, dict[str, Any]]:
     spec, gpu, why_not = lookup(ev.incident.model, ev.incident.hardware.gpu)
     if spec is None:
         return f"no component estimate: {why_not}", {"unavailable": why_not}
+    if not ev.incident.hardware.count_known:
+        return f"no component estimate: {NO_GPU_COUNT}", {"unavailable": NO_GPU_COUNT}
     used, count = ev.gpu.get("fb_used_max_incident"), ev.incident.hardware.count
     if ev.train is not None and ev.train.present:
         if used is None:

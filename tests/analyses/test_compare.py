@@ -341,12 +341,28 @@ def test_a_quantile_in_the_first_bucket_is_only_judged_beyond_that_bucket():
     window = Window(T0 + timedelta(minutes=10), T0 + timedelta(minutes=20))
     s = window_side(_store([100.0] * 10), window, "synthetic")
     p50, p95 = s.values["ttft_p50"], s.values["ttft_p95"]
-    assert p50.value == pytest.approx(0.1 * 200 / 360) and p50.resolution == 0.1
-    assert p95.resolution == 0.0
+    assert p50.value == pytest.approx(0.1 * 200 / 360) and p50.bound == 0.1
+    assert p95.bound is None
     assert any("TTFT p50 lies in its histogram's first bucket: at most 100 ms" in n for n in s.notes)
-    # a move inside the bucket (56 ms -> 90 ms, far beyond its noise) is not a regression
-    after = side({"ttft_p50": (0.09, 0.001)})
-    before = side({"ttft_p50": (p50.value, 0.001)})
-    before.values["ttft_p50"] = p50.__class__(p50.value, 0.001, p50.resolution)
-    row = judge(before, after).get("ttft_p50")
-    assert row.status == "within noise" and row.band_from == "resolution" and row.band == 0.1
+
+    def row(before, after):
+        b, a = side({"ttft_p50": before[:2]}), side({"ttft_p50": after[:2]})
+        b.values["ttft_p50"] = Measure(*before)
+        a.values["ttft_p50"] = Measure(*after)
+        return judge(b, a).get("ttft_p50")
+
+    # both inside the bucket (56 ms -> 90 ms interpolated, far beyond their noise): no change is known
+    r = row((0.056, 0.001, 0.0, 0.1), (0.09, 0.001, 0.0, 0.1))
+    assert r.status == "within noise" and "first bucket" in r.why and r.change_pct is None
+    assert (r.shown("before"), r.shown("after")) == ("≤ 100 ms", "≤ 100 ms")
+    # before inside (at most 100 ms), after measured at 550 ms: at least +450 ms, a regression
+    r = row((0.095, 0.001, 0.0, 0.1), (0.55, 0.001))
+    assert r.status == "regressed" and r.shown("before") == "≤ 100 ms" and r.shown("after") == "550 ms"
+    # before measured at 500 ms, after inside: at least 400 ms better against a 50 ms band (10 %)
+    r = row((0.5, 0.0001), (0.05, 0.0001, 0.0, 0.1))
+    assert r.status == "improved" and r.band == pytest.approx(0.05)
+    # before inside, after measured at 130 ms: at least +30 ms against a band of 10 ms (10 % of the
+    # bound; the interpolated 56 ms would have given 5.6 ms): a regression; at 105 ms (at least +5 ms),
+    # within noise
+    assert row((0.056, 0.0001, 0.0, 0.1), (0.13, 0.0001)).status == "regressed"
+    assert row((0.056, 0.0001, 0.0, 0.1), (0.105, 0.0001)).status == "within noise"

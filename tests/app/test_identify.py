@@ -12,13 +12,14 @@ from perfkit.app.runbook import open_incident, scope
 from perfkit.triage.table import triage_bundle
 
 
-def _unnamed(tmp_path, *, gpu_of_other: str | None = None):
+def _unnamed(tmp_path, *, gpu_of_other: str | None = None, count: bool = True):
     """The fleet bundle with incident.yaml's model and GPU removed (a capture that did not know
     them); ``gpu_of_other``: the second host's GPUs are of that kind."""
     root = fleet_bundle(tmp_path)
     inc = root / "incident.yaml"
     text = re.sub(r"^model: .*\n", "", inc.read_text(), flags=re.M)
-    inc.write_text(re.sub(r"^  gpu: .*\n", "", text, flags=re.M))
+    text = re.sub(r"^  gpu: .*\n", "", text, flags=re.M)
+    inc.write_text(text if count else re.sub(r"^  count: .*\n", "", text, flags=re.M))
     if gpu_of_other:
         dcgm = root / "metrics" / "dcgm.om"
         lines = [
@@ -65,3 +66,12 @@ def test_incident_yaml_wins_over_the_labels(tmp_path):
     ctx = open_incident(str(root), scope=f'{{model_name="{OTHER_MODEL}"}}')
     assert ctx.error is None, ctx.error
     assert ctx.incident.model == MODEL and "identified" not in ctx.results
+
+
+def test_without_a_gpu_count_the_roofline_is_not_guessed(tmp_path):
+    # the model and GPU come from the labels, but a host's GPUs say nothing of the tensor-parallel
+    # size: a 1-GPU roofline of a 70B on 4 GPUs would be wrong by 4x, so it is not computed
+    root = _unnamed(tmp_path, count=False)
+    directions = triage_bundle(root, scope=f'{{model_name="{MODEL}"}}').to_json()["directions"]
+    decode = next(d for d in directions if d["id"] == "decode_efficiency")
+    assert "gpu_count" in decode["verification"]["decode_roofline"]["unavailable"]

@@ -192,6 +192,7 @@ def test_a_failed_live_start_keeps_its_files_aside_and_can_be_retried(tmp_path, 
         raise L.SourceError("http://127.0.0.1:1: the simulator exited with status 1")
 
     monkeypatch.setattr(L, "_launch", broken)
+    monkeypatch.setattr("perfkit.lab.servers.binary", lambda engine: "/usr/bin/prometheus")  # not run here
     folder = tmp_path / "d"
     for attempt in (1, 2):
         res = CliRunner().invoke(cli, ["drill", "start", "drill-11", "--live", "-o", str(folder)])

@@ -88,31 +88,38 @@ _Item = tuple[int, bool, float, str]  # an engine output to a stream: (tokens, f
 
 
 class VirtualClock:
-    """Virtual seconds since start: ``(monotonic() - w0) * speed``, held back when the engine is late,
-    and never backwards: a time once read (a request's arrival, a log stamp) is never passed again
-    by a later reading, or a request that arrived while the engine ran late would be scheduled
-    before it arrived (a negative queue time, a histogram ``_sum`` that falls: a counter reset to
-    Prometheus, whose ``increase()`` then counts the whole sum again)."""
+    """Virtual seconds since start: ``(monotonic() - w0) * speed``, standing still while the engine
+    is late. While a step is in flight (:meth:`run_until`) no reading passes its end: a request that
+    arrives while the engine runs late arrives at the step's end, as it would in an engine whose
+    step had taken no longer, and is scheduled at or after its arrival. (Before, such a request was
+    stamped past the step's end and the clock was then set back to it: its queue time came out
+    negative, vLLM's queue-time ``_sum`` fell, and Prometheus read each fall as a counter reset, 45 in
+    a 25-minute drill window, tripling the mean queue time ``increase()`` gave.)"""
 
     def __init__(self, speed: float) -> None:
         self.speed, self.w0, self.held = speed, time.monotonic(), 0.0
-        self.last = 0.0  # the latest virtual time handed out
+        self.cap: float | None = None  # the in-flight step's end
 
     def now(self) -> float:
-        self.last = max(self.last, (time.monotonic() - self.w0) * self.speed)
-        return self.last
+        v = (time.monotonic() - self.w0) * self.speed
+        return v if self.cap is None else min(v, self.cap)
 
     def wall(self, v: float) -> float:
         """The ``time.monotonic()`` at which virtual time reaches ``v`` (if nothing holds it)."""
         return self.w0 + v / self.speed
 
+    def run_until(self, v: float) -> None:
+        """A step ending at virtual ``v`` is in flight: time goes no further until :meth:`hold`."""
+        self.cap = v
+
     def hold(self, v: float) -> None:
-        """Virtual time may not run past ``v`` while the engine was busy up to it: stand still (at
-        the latest time already handed out, when that is later than ``v``)."""
-        late = time.monotonic() - self.wall(max(v, self.last))
+        """The step that ended at ``v`` is delivered: time continues from ``v``, the wall time the
+        engine was late by given up (counted in ``held``)."""
+        late = time.monotonic() - self.wall(v)
         if late > 0:
             self.w0 += late
             self.held += late
+        self.cap = None
 
 
 def block_keys(words: Sequence[str | int], block: int) -> list[str]:
@@ -239,6 +246,7 @@ class SimServer:
             self.steps += 1
             end = res.start + res.duration_s
             if res.duration_s > 0:
+                self.clock.run_until(end)
                 await self._waker.sleep_until(self.clock.wall(end))
                 self._deliver(res)
                 self.clock.hold(end)  # the next step starts where this one ended
@@ -266,8 +274,11 @@ class SimServer:
         assert self._waker is not None
         while True:
             await self._waker.sleep_until(self.clock.wall(self.log.next_at))
-            for at in self.log.due(self.clock.now()):
+            due = self.log.due(self.clock.now())
+            for at in due:
                 self.log.stats(at, self.metrics)
+            if not due:  # the clock stands at a late step's end: wait for the engine, never spin
+                await asyncio.sleep(0.001)
 
     async def _traffic(self) -> None:
         """The synthetic tenants of the ``long_prompt_tenant`` and ``surge`` faults: Poisson arrivals
