@@ -111,8 +111,8 @@ SPECS: dict[str, LiveSpec] = {
     # 1,346-1,611 ms; chunked prefill on with long_prefill_token_threshold=512: p95 208-236 ms.
     # Chunked prefill alone leaves p95 where it was (docs/simulator.md: a running long prompt takes
     # the whole step budget). Live at --speed 30: seed 11 p95 1.55 s -> 218 ms, output 164 -> 157
-    # tok/s, triage confirms prefill_decode_interference (r = 0.67); seed 3 p95 1.27 s -> 241 ms
-    # ("the fix worked", band +-290 ms), r = 0.90.
+    # tok/s, triage confirms prefill_decode_interference (r = 0.67); seed 3 (the clock that stands
+    # at a late step's end) p95 1.31 s -> 178 ms ("the fix worked", band +-450 ms), r = 0.87.
     "p95-prefill-interference": LiveSpec(
         "p95-prefill-interference",
         {

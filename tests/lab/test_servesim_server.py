@@ -622,3 +622,39 @@ def test_the_virtual_clock_stands_at_a_late_steps_end_and_never_runs_backwards()
     assert end <= after < end + 5.0
     stamps = [clock.now() for _ in range(1000)]
     assert stamps == sorted(stamps) and stamps[0] >= after
+
+
+def test_the_stats_log_waits_for_a_late_engine_instead_of_spinning():
+    """While a late step is in flight the clock stands at its end; a stats line due after that end
+    (in wall time already past) is not due yet, and the stats task must yield until the engine
+    catches up. It spun instead (the due instants were a generator, always truthy), starving the
+    event loop, so the engine never delivered its step: /metrics and /admin timed out."""
+    import io
+    import threading
+    import types
+
+    from perfkit.lab.serve_clock import Waker
+    from perfkit.lab.servesim.metrics import STATS_INTERVAL_S, StatsLog
+    from perfkit.lab.servesim.server import SimServer, VirtualClock
+
+    ran: list[int] = []
+
+    async def scenario() -> None:
+        clock = VirtualClock(1000.0)
+        clock.run_until(STATS_INTERVAL_S - 1.0)  # a step ending a second before the stats line
+        await asyncio.sleep(0.05)  # the engine is late: the line's wall time has passed
+        fake = types.SimpleNamespace(
+            _waker=Waker(asyncio.get_running_loop()), clock=clock, metrics=None,
+            log=StatsLog(io.StringIO(), time.time(), 1),
+        )  # fmt: skip
+        task = asyncio.create_task(SimServer._stats(fake))  # type: ignore[arg-type]
+        for i in range(20):  # the event loop still runs other tasks
+            await asyncio.sleep(0.001)
+            ran.append(i)
+        task.cancel()
+        fake._waker.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(scenario(),), daemon=True)
+    thread.start()
+    thread.join(timeout=10.0)
+    assert ran == list(range(20)), "the stats task never yielded while the clock stood still"

@@ -274,7 +274,7 @@ class SimServer:
         assert self._waker is not None
         while True:
             await self._waker.sleep_until(self.clock.wall(self.log.next_at))
-            due = self.log.due(self.clock.now())
+            due = list(self.log.due(self.clock.now()))
             for at in due:
                 self.log.stats(at, self.metrics)
             if not due:  # the clock stands at a late step's end: wait for the engine, never spin
