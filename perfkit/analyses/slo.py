@@ -33,9 +33,7 @@ from typing import Any
 import polars as pl
 
 from perfkit.core.frames import Window
-from perfkit.engine import ops
 from perfkit.engine import signals as S
-from perfkit.engine.promql import to_promql
 
 SLO_KEY = re.compile(r"^(?P<signal>[a-z][a-z0-9_]*?)_p(?P<digits>[0-9]{1,4})_s$")
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E", "queue": "queue", "prefill": "prefill"}
@@ -233,31 +231,6 @@ def share_under(buckets: Mapping[float, float], bound: float) -> Share:
     return Share(counts[len(finite) - 1] / total, counts[len(finite) - 1], total, AT_LEAST, finite[-1], None)
 
 
-def window_buckets(
-    engine: S.Engine, signal: str, window: Window, queries: list[str] | None = None
-) -> dict[float, float] | None:
-    """``sum by (le) (increase(<signal>_bucket[window]))`` at the window's end: upper edge → count.
-    None when the engine has no histogram for ``signal``."""
-    res = S.resolve(engine, signal)
-    if res.metric is None:
-        return None
-    expr = ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_bucket"), window.seconds), "le")
-    if queries is not None:
-        queries.append(to_promql(expr))
-    frame = engine.instant(expr, window.end)
-    out: dict[float, float] = {}
-    if not frame.height or "le" not in frame.columns:
-        return out
-    for le, value in zip(frame["le"].to_list(), frame["value"].to_list(), strict=True):
-        try:
-            edge = float(str(le))
-        except ValueError:
-            continue  # not a bucket bound: left out, as histogram_quantile does
-        if value is not None and math.isfinite(value):
-            out[edge] = out.get(edge, 0.0) + float(value)
-    return out
-
-
 def attainment(
     engine: S.Engine, window: Window, baseline: Window | None, slo: Mapping[str, float]
 ) -> SloAttainment:
@@ -268,7 +241,7 @@ def attainment(
 
     def buckets(signal: str, side: str, w: Window) -> dict[float, float] | None:
         if (signal, side) not in cache:
-            cache[(signal, side)] = window_buckets(
+            cache[(signal, side)] = S.window_buckets(
                 engine, signal, w, out.queries if side == "incident" else None
             )
         return cache[(signal, side)]

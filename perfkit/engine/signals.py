@@ -215,13 +215,11 @@ class FirstBucket:
         return self.share >= q
 
 
-def first_bucket(
+def window_buckets(
     engine: Engine, signal: str, window: Window, queries: list[str] | None = None
-) -> FirstBucket | None:
-    """The :class:`FirstBucket` of a histogram signal in ``window``: the lowest ``le`` above 0 (below
-    it histogram_quantile interpolates from 0, or returns a bucket at or under 0 exactly) and the
-    share of the observations at or under it, of the total histogram_quantile uses (``+Inf``, after
-    its monotonic fix). None when the signal is absent or saw nothing."""
+) -> dict[float, float] | None:
+    """``sum by (le) (increase(<signal>_bucket[window]))`` at the window's end: upper edge → count.
+    None when the engine has no histogram for ``signal``."""
     res = resolve(engine, signal)
     if res.metric is None:
         return None
@@ -229,20 +227,32 @@ def first_bucket(
     if queries is not None:
         queries.append(to_promql(expr))
     frame = engine.instant(expr, window.end)
+    out: dict[float, float] = {}
     if not frame.height or "le" not in frame.columns:
-        return None
-    counts: dict[float, float] = {}
+        return out
     for le, value in zip(frame["le"].to_list(), frame["value"].to_list(), strict=True):
         try:
-            bound = float(le)
-        except (TypeError, ValueError):
+            edge = float(str(le))
+        except ValueError:
             continue  # not a bucket bound: left out, as histogram_quantile does
-        if value is not None and math.isfinite(float(value)):
-            counts[bound] = counts.get(bound, 0.0) + float(value)
-    positive = sorted(b for b in counts if 0 < b < math.inf)
-    # histogram_quantile's total: the +Inf count after its monotonic fix (no bucket above a later one)
-    total = max(counts.values(), default=0.0) if math.inf in counts else 0.0
-    if total <= 0 or not positive:
+        if value is not None and math.isfinite(value):
+            out[edge] = out.get(edge, 0.0) + float(value)
+    return out
+
+
+def first_bucket(
+    engine: Engine, signal: str, window: Window, queries: list[str] | None = None
+) -> FirstBucket | None:
+    """The :class:`FirstBucket` of a histogram signal in ``window``: the lowest ``le`` above 0 (below
+    it histogram_quantile interpolates from 0, or returns a bucket at or under 0 exactly) and the
+    share of the observations at or under it, of the total histogram_quantile uses (``+Inf``, after
+    its monotonic fix). None when the signal is absent or saw nothing."""
+    counts = window_buckets(engine, signal, window, queries)
+    positive = sorted(b for b in counts or {} if 0 < b < math.inf)
+    if not counts or math.inf not in counts or not positive:
+        return None
+    total = max(counts.values())  # histogram_quantile's: +Inf's count after its monotonic fix
+    if total <= 0:
         return None
     first = max(v for b, v in counts.items() if b <= positive[0])  # the cumulative count at the bound
     return FirstBucket(positive[0], min(1.0, max(0.0, first / total)))
