@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,13 @@ class Row:
         if self.under[1] and self.bound is not None:  # only "at most bound" is known
             return False if self.bound <= self.slo else None
         return self.incident > self.slo
+
+    def shown(self, side: int, fmt: Callable[[Any], str]) -> str:
+        """One side's quantile (0 baseline, 1 incident) written by ``fmt``; ``≤ bound`` where it lies
+        in the first bucket, whose interpolated value says nothing more."""
+        if self.under[side] and self.bound is not None:
+            return f"≤ {fmt(self.bound)}"
+        return fmt(self.incident if side else self.baseline)
 
     @property
     def note(self) -> str:
@@ -210,7 +218,7 @@ def compare(engine, window: Window, baseline: Window | None, slo: dict[str, floa
                 b is not None and fb is not None and fb.holds(q),
                 i is not None and fi is not None and fi.holds(q),
             )
-            bound = (fi if under[1] else fb if under[0] else None) or None
+            bound = fi if under[1] else fb if under[0] else None
             rows.append(
                 Row(
                     f"{LABELS[sig]} p{round(q * 100)}",

@@ -399,7 +399,7 @@ def _load_notes(result: Comparison, windows: bool) -> list[str]:
 
 def _verdict_text(r: Row) -> str:
     text = r.status
-    if r.why and (r.status == "no data" or not r.counted or r.before_bound is not None):
+    if r.why and (r.status == "no data" or not r.counted or None not in (r.before_bound, r.after_bound)):
         text += f" ({r.why})"
     return text
 

@@ -74,14 +74,6 @@ def _fmt_s(v: float | None) -> str:
     return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
 
 
-def _fmt_q(r: Any, side: int) -> str:
-    """A baseline row's quantile on one side (0 baseline, 1 incident); "≤ bound" where it lies in the
-    histogram's first bucket, whose interpolated value says nothing more."""
-    if r.under[side] and r.bound is not None:
-        return f"≤ {_fmt_s(r.bound)}"
-    return _fmt_s(r.incident if side else r.baseline)
-
-
 def build(
     incident: Incident,
     *,
@@ -116,8 +108,8 @@ def build(
                 impact_rows.append(
                     [
                         r.metric,
-                        _fmt_q(r, 0),
-                        _fmt_q(r, 1),
+                        r.shown(0, _fmt_s),
+                        r.shown(1, _fmt_s),
                         r.ratio_text,
                         _fmt_s(r.slo) if r.slo is not None else "",
                         "BREACH" if r.breach else "",
@@ -158,7 +150,7 @@ def build(
         parts.append(job.headline)
     elif head and head.ratio:
         parts.append(
-            f"{head.metric} was {_fmt_q(head, 1)} against {_fmt_q(head, 0)} in the baseline "
+            f"{head.metric} was {head.shown(1, _fmt_s)} against {head.shown(0, _fmt_s)} in the baseline "
             f"({head.ratio_text})."
         )
     if top and top.verification.verdict == "confirmed":

@@ -222,10 +222,7 @@ def baseline_section(res: Any) -> Section:
     head = res.headline()
     breaches = [r.metric for r in res.rows if r.breach]
     if head and head.ratio:
-        base, now = (
-            f"≤ {head.bound:.3g}" if under and head.bound is not None else f"{value:.3g}"
-            for under, value in zip(head.under, (head.baseline, head.incident), strict=True)
-        )
+        base, now = (head.shown(side, lambda v: f"{v:.3g}") for side in (0, 1))
         summary = f"{head.metric} {now} s vs {base} s in the baseline ({head.ratio_text})"
     elif (felt := [r for r in res.rows if r.unit == "s" and r.metric.split()[0] in USER_FACING and r.incident is not None]) and all(all(r.under) for r in felt):  # fmt: skip
         summary = (
