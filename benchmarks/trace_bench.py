@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FILE = REPO.parent / "shared" / "fixtures" / "hta-traces" / "df_index_resolver" / "df_index_resolver.json.gz"
+FILE = REPO / "tests" / "data" / "hta-traces" / "df_index_resolver" / "df_index_resolver.json.gz"
 CACHE = Path.home() / ".cache" / "perfkit-bench"
 HTA_VENV = CACHE / "hta"
 SPEED_TARGET = 20.0  # x faster than HTA

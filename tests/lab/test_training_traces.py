@@ -26,16 +26,12 @@ from perfkit.traces import analyze
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "data" / "scenarios"
-#: real Kineto traces (HTA's test data; ../shared/fixtures/hta-traces/SOURCE.txt says from where):
+#: real Kineto traces (HTA's test data; tests/data/hta-traces/SOURCE.txt says from where):
 #: an A100 NCCL job of 16 ranks (integer µs) and a PyTorch 2.x trace with NCCL collective args
+HTA_TRACES = ROOT / "tests" / "data" / "hta-traces"
 FIXTURES = [
-    ROOT.parent
-    / "shared"
-    / "fixtures"
-    / "hta-traces"
-    / "negative_queue_length_values_check"
-    / "rank0.json.gz",
-    ROOT.parent / "shared" / "fixtures" / "hta-traces" / "nccl_parser_config" / "nccl_data.json.gz",
+    HTA_TRACES / "negative_queue_length_values_check" / "rank0.json.gz",
+    HTA_TRACES / "nccl_parser_config" / "nccl_data.json.gz",
 ]
 
 

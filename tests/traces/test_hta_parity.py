@@ -1,9 +1,9 @@
-"""perfkit's trace numbers against Holistic Trace Analysis' on every shared fixture.
+"""perfkit's trace numbers against Holistic Trace Analysis' on every HTA test trace carried in tests/data/hta-traces/.
 
 How the expected values were obtained: ``tests/traces/hta-0.5.0/<fixture>.json`` is the verbatim
 output of
 
-    ~/.cache/perfkit-bench/hta/bin/python tests/traces/hta_reference.py ../shared/fixtures/hta-traces/<fixture>
+    ~/.cache/perfkit-bench/hta/bin/python tests/traces/hta_reference.py tests/data/hta-traces/<fixture>
 
 in a virtualenv with PyPI ``holistictraceanalysis==0.5.0`` (pandas 3.1.1, numpy 2.4.6, Python
 3.11.7; ``benchmarks/trace_bench.py`` creates it). Its "default" block is
@@ -67,7 +67,7 @@ def close_us(got: float, want: float) -> bool:
 
 
 def test_every_trace_fixture_has_expected_values():
-    """A fixture added to shared/ without HTA's numbers fails here, not silently."""
+    """A fixture added to tests/data/hta-traces/ without HTA's numbers fails here, not silently."""
     on_disk = {
         str(p.parent.relative_to(FIXTURES))
         for p in FIXTURES.rglob("*.json.gz")

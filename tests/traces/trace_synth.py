@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 HERE = Path(__file__).parent
-#: the real Kineto traces copied from HTA's repository (SOURCE.txt there says from where)
-FIXTURES = HERE.parents[2] / "shared" / "fixtures" / "hta-traces"
+#: the real Kineto traces copied from HTA's repository into tests/data/ (SOURCE.txt there says from where)
+FIXTURES = HERE.parent / "data" / "hta-traces"
 #: HTA 0.5.0's output on each fixture folder (see test_hta_parity.py for the command)
 EXPECTED = HERE / "hta-0.5.0"
 

@@ -19,7 +19,7 @@ rank, times from the step's start (``W``: data wait, ``C``: compute, ``D``: step
                     rank that reached it early includes waiting for the slowest rank (NCCL kernels
                     spin while they wait, so the wait is kernel time, as on real GPUs)
 
-The schema is the real traces' (``../shared/fixtures/hta-traces/``, PyTorch 2.x Kineto JSON):
+The schema is the real traces' (HTA's test traces, copied into ``tests/data/hta-traces/``; PyTorch 2.x Kineto JSON):
 ``schemaVersion``, ``deviceProperties``, ``distributedInfo`` (backend, rank, world_size,
 pg_config, nccl_version), ``traceEvents`` of ``ph: X`` events in µs (integer ``ts``/``dur``),
 ``cat`` ``user_annotation`` / ``cpu_op`` / ``cuda_runtime`` / ``kernel`` / ``gpu_memcpy``, ``args``
