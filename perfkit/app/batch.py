@@ -150,7 +150,7 @@ def _run_one(item: BatchItem, out: Path, force: bool) -> BatchRow:
         params["bundle"] = item.bundle
     target = out / item.name
     try:
-        result = execute(item.runbook, target, params, force=force, source=item.source)
+        result = execute(item.runbook, target, params, force=force, source=item.source, require_evidence=True)
     except Interrupted as exc:
         r = exc.result
         return BatchRow(item.name, str(exc), r.timings.get("total_s", 0.0), str(r.folder))

@@ -82,7 +82,11 @@ def _print_outputs(result) -> None:
 
 @cli.command()
 @click.argument("runbook")
-@click.option("--bundle", type=click.Path(file_okay=False), help="incident bundle folder")
+@click.option(
+    "--bundle",
+    type=click.Path(file_okay=False),
+    help="incident bundle folder, or an embedded incident's name (demo: the runbook's own demo)",
+)
 @click.option("-o", "--out", "out", required=True, type=click.Path(file_okay=False), help="output folder")
 @click.option(
     "-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="runbook parameter (repeatable)"
@@ -99,11 +103,11 @@ def run(
     Exit 0 when the runbook ran on its evidence (sections without evidence are listed), 1 when a
     cell failed or the evidence source could not be opened, 2 on invalid parameters, 128+N on signal N.
     """
-    from perfkit.app.run import Interrupted, execute
+    from perfkit.app.run import DEMO, Interrupted, execute
 
     parameters = _params(params)
-    if bundle:
-        parameters["bundle"] = str(bundle_path(bundle))
+    if bundle:  # `demo` is the runbook's own embedded demo, resolved by the run
+        parameters["bundle"] = bundle if bundle == DEMO else str(bundle_path(bundle))
     wanted = _incident_params(live)
     for name, value in wanted.runbook_parameters().items():
         if name != "timeout_s":  # the timeout goes to live runs only (below)
@@ -112,7 +116,9 @@ def run(
         parameters["bundle"] = ""
         parameters["timeout_s"] = wanted.timeout_s
     try:
-        result = execute(runbook, Path(out), parameters, force=force, source="-p/options")
+        result = execute(
+            runbook, Path(out), parameters, force=force, source="-p/options", require_evidence=True
+        )
     except Interrupted as exc:
         _print_outputs(exc.result)
         click.echo(f"perfkit: {exc}", err=True)

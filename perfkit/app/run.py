@@ -93,13 +93,44 @@ class Interrupted(RunbookError):
         super().__init__(f"interrupted by {name}; the partial record is in {result.folder}")
 
 
+#: The parameters that point a runbook at its evidence, each with how the command line gives it.
+EVIDENCE_PARAMETERS = (
+    ("bundle", "--bundle DIR|NAME"),
+    ("prometheus_url", "--prometheus URL"),
+    ("result", "-p result=FILE"),
+    ("url", "-p url=URL"),
+)
+#: ``--bundle demo``: the runbook's own embedded demo (its default evidence), asked for by name.
+DEMO = "demo"
+
+
+def missing_evidence(
+    path: Path, parameters: dict[str, Any], known: dict[str, Any] | None = None
+) -> str | None:
+    """Why ``parameters`` name no evidence for the runbook at ``path`` (None: they do, or it needs none).
+
+    A runbook's defaults point at its embedded demo, which is right in JupyterLab and wrong for a
+    command: ``perfkit run inference_latency -o out`` with nothing else would write the demo's
+    postmortem for an engineer who forgot ``--bundle``. The demo runs when asked for (``--bundle demo``).
+    """
+    known = runbook_parameters(path) if known is None else known
+    kinds = [(name, spelled) for name, spelled in EVIDENCE_PARAMETERS if name in known]
+    if not kinds or any(parameters.get(name) not in (None, "") for name, _ in kinds):
+        return None
+    return (
+        f"{path.stem}: no evidence given: use {' or '.join(spelled for _, spelled in kinds)} "
+        f"(the runbook's embedded demo runs only when asked for: --bundle {DEMO})"
+    )
+
+
 def check_run_parameters(
-    path: Path, parameters: dict[str, Any], *, source: str = "parameters"
+    path: Path, parameters: dict[str, Any], *, source: str = "parameters", require_evidence: bool = False
 ) -> dict[str, Any]:
     """Validate ``parameters`` for the runbook at ``path`` before anything runs; return the plain copy.
 
-    Raises ConfigError (not plain data, unknown parameter, unreadable time, missing bundle) or
-    SecretLeak (a secret passed by value, a password in a URL, a token where a variable name belongs).
+    Raises ConfigError (not plain data, unknown parameter, unreadable time, missing bundle, and with
+    ``require_evidence`` no evidence at all: see :func:`missing_evidence`) or SecretLeak (a secret
+    passed by value, a password in a URL, a token where a variable name belongs).
     """
     from perfkit.app.parameters import plain_parameters
     from perfkit.core.incident import make_window
@@ -108,9 +139,18 @@ def check_run_parameters(
     check_parameters(params)
     if params.get("prometheus_url") and params.get("bundle"):
         raise ConfigError("give a bundle or prometheus_url (live sources), not both")
+    known = runbook_parameters(path)
+    if require_evidence:
+        if params.get("bundle") == DEMO and "bundle" in known:
+            params["bundle"] = known["bundle"]["default"].strip("\"'") or DEMO  # the runbook's own demo
+        elif params.get("bundle") == DEMO:  # a runbook without bundles (baseline_capture): its demo
+            del params["bundle"]
+        else:
+            why = missing_evidence(path, params, known)
+            if why:
+                raise ConfigError(why)
     if params.get("prometheus_url"):
         params["bundle"] = ""  # live: never fall back to the runbook's default bundle
-    known = runbook_parameters(path)
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise ConfigError(
@@ -151,6 +191,7 @@ def execute(
     render: bool = True,
     force: bool = False,
     source: str = "parameters",
+    require_evidence: bool = False,
 ) -> RunResult:
     """Run ``runbook`` and write ``out_dir/<runbook>.ipynb`` and its postmortem, scrubbed of secrets.
 
@@ -165,7 +206,7 @@ def execute(
 
     t0 = time.perf_counter()
     path = find_runbook(runbook)
-    params = check_run_parameters(path, parameters, source=source)
+    params = check_run_parameters(path, parameters, source=source, require_evidence=require_evidence)
     # absolute, symlinks followed: `-o .` names a folder, and moving a run into place must not
     # replace a link with a folder
     out_dir = out_dir.resolve()
