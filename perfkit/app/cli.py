@@ -73,6 +73,20 @@ def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
     return dict(parse_parameter(p) for p in pairs)
 
 
+def _printable(text: str) -> str:
+    """``text`` without control characters (a notebook's heading may hold any)."""
+    return "".join(ch for ch in text if ch.isprintable())
+
+
+def cell_progress() -> Any:
+    """A line on stderr as each runbook section starts: where the run is and for how long."""
+
+    def report(index: int, count: int, title: str, elapsed_s: float) -> None:
+        click.echo(f"  [{index:>2}/{count}] {elapsed_s:6.1f} s  {_printable(title)}", err=True)
+
+    return report
+
+
 def _print_outputs(result) -> None:
     click.echo(f"executed notebook: {result.notebook}")
     for key in ("markdown", "html", "findings"):
@@ -117,7 +131,13 @@ def run(
         parameters["timeout_s"] = wanted.timeout_s
     try:
         result = execute(
-            runbook, Path(out), parameters, force=force, source="-p/options", require_evidence=True
+            runbook,
+            Path(out),
+            parameters,
+            force=force,
+            source="-p/options",
+            require_evidence=True,
+            progress=cell_progress() if sys.stderr.isatty() else None,
         )
     except Interrupted as exc:
         _print_outputs(exc.result)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -92,6 +93,12 @@ def embedded_bundle(name: str) -> Path:
     if (target / "incident.yaml").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    if sys.stderr.isatty():  # a wait of 10-30 s deserves a word; off a terminal, quiet
+        print(
+            f"perfkit: simulating the embedded incident {name} into {target.parent} (first use, ~20 s)",
+            file=sys.stderr,
+            flush=True,
+        )
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
     try:
         spec, gen = every[name]

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,6 +192,7 @@ def execute(
     force: bool = False,
     source: str = "parameters",
     require_evidence: bool = False,
+    progress: Progress | None = None,
 ) -> RunResult:
     """Run ``runbook`` and write ``out_dir/<runbook>.ipynb`` and its postmortem, scrubbed of secrets.
 
@@ -218,7 +219,7 @@ def execute(
     result.timings["prepare_s"] = time.perf_counter() - t0
     try:
         t1 = time.perf_counter()
-        signum = _run_papermill(path, output, params, result)
+        signum = _run_papermill(path, output, params, result, progress)
         result.timings["execute_s"] = time.perf_counter() - t1
         if not output.exists():
             raise RunbookError(f"{path.stem}: {result.error or 'the kernel wrote no notebook'}")
@@ -281,7 +282,67 @@ def _read_verdicts(nb: dict[str, Any], result: RunResult) -> None:
     result.missing = [f.key for f in findings.values() if f.status == "missing" and f not in not_run]
 
 
-def _run_papermill(path: Path, output: Path, params: dict[str, Any], result: RunResult) -> int | None:
+#: ``progress(index, count, title, elapsed_s)``: a code cell starts (``title`` is its section's heading).
+Progress = Callable[[int, int, str, float], None]
+
+
+def cell_titles(cells: list[Any]) -> dict[int, str]:
+    """Each code cell's title: the heading of the Markdown cell before it (a runbook's section)."""
+    titles: dict[int, str] = {}
+    heading = "parameters"
+    for i, cell in enumerate(cells):
+        source = (
+            "".join(cell.get("source", ""))
+            if isinstance(cell.get("source"), list)
+            else cell.get("source", "")
+        )
+        if cell.get("cell_type") == "markdown":
+            for line in str(source).splitlines():
+                if line.lstrip().startswith("#"):
+                    heading = line.lstrip("# ").strip()[:60]
+                    break
+        elif cell.get("cell_type") == "code":
+            titles[i] = heading
+    return titles
+
+
+def _progress_engine() -> str:
+    """Register (once) a papermill engine that reports each code cell's start to ``progress``."""
+    from papermill.engines import NBClientEngine, papermill_engines
+
+    class ProgressEngine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man: Any, kernel_name: str, **kwargs: Any) -> Any:
+            progress: Progress | None = kwargs.pop("progress", None)
+            if progress is not None:
+                titles = cell_titles(nb_man.nb.cells)
+                order = {index: n for n, index in enumerate(sorted(titles))}
+                started = time.perf_counter()
+                cell_start = nb_man.cell_start
+
+                def reporting_start(cell: Any, cell_index: int | None = None, **kw: Any) -> Any:
+                    if cell_index in titles:
+                        progress(
+                            order[cell_index] + 1,
+                            len(titles),
+                            titles[cell_index],
+                            time.perf_counter() - started,
+                        )
+                    return cell_start(cell, cell_index, **kw)
+
+                nb_man.cell_start = reporting_start
+            return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
+
+    papermill_engines.register(PROGRESS_ENGINE, ProgressEngine)
+    return PROGRESS_ENGINE
+
+
+PROGRESS_ENGINE = "perfkit-progress"
+
+
+def _run_papermill(
+    path: Path, output: Path, params: dict[str, Any], result: RunResult, progress: Progress | None = None
+) -> int | None:
     """Execute with a kernel of this run's own; return the signal that interrupted it, if one did."""
     _fast_nbformat_import()
     import papermill
@@ -308,6 +369,8 @@ def _run_papermill(path: Path, output: Path, params: dict[str, Any], result: Run
                 km=km,
                 progress_bar=False,
                 log_output=False,
+                engine_name=_progress_engine(),
+                progress=progress,
                 execution_timeout=CELL_TIMEOUT_S,
                 start_timeout=START_TIMEOUT_S,
                 cwd=str(Path.cwd()),

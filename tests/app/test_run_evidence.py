@@ -66,3 +66,31 @@ def test_batch_item_without_evidence_fails_alone(tmp_path):
     assert res.exit_code != 0
     assert "no evidence given" in res.output
     assert not (tmp_path / "out" / "forgot" / "postmortem.md").exists()
+
+
+def test_each_section_reports_its_start_in_order(tmp_path):
+    """Progress (issue 21): one report per code cell, titled by the section heading above it."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Title"),
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_markdown_cell("## 1. Scope\nsome words"),
+        nbformat.v4.new_code_cell("import time; time.sleep(0.3)"),
+        nbformat.v4.new_markdown_cell("text without a heading"),
+        nbformat.v4.new_code_cell("y = x + 1"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, path)
+    seen: list[tuple[int, int, str, float]] = []
+    from perfkit.app.run import execute
+
+    result = execute(str(path), tmp_path / "out", {"x": 2}, render=False, progress=lambda *a: seen.append(a))
+    assert result.ok, result.error
+    # papermill injects the parameters cell after the tagged one: four code cells in all
+    assert [(i, n) for i, n, _, _ in seen] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert [t for _, _, t, _ in seen] == ["Title", "Title", "1. Scope", "1. Scope"]
+    elapsed = [e for *_, e in seen]
+    assert elapsed == sorted(elapsed) and elapsed[-1] - elapsed[-2] >= 0.25  # the sleep lies between
