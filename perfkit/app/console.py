@@ -19,6 +19,10 @@ def make_console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 200)
 
 
+def _other(workload: str) -> str:
+    return {"serving": "training jobs", "training": "serving"}.get(workload, "another workload")
+
+
 def triage_table(result: TriageResult, console: Console | None = None) -> None:
     """The ranked table, the scope it judged, and (unscoped, several workloads) the --scope to use."""
     console = console or make_console()
@@ -27,7 +31,10 @@ def triage_table(result: TriageResult, console: Console | None = None) -> None:
     )
     for col in ("rank", "direction", "symptom", "fired", "verdict", "score", "why"):
         table.add_column(col, overflow="fold")
-    for i, r in enumerate(result.results, start=1):
+    shown = [r for r in result.results if r.applies]  # a training row on a serving incident: not listed
+    for i, r in enumerate(result.results, start=1):  # each keeps its rank in the JSON
+        if not r.applies:
+            continue
         v = r.verification.verdict
         table.add_row(
             str(i),
@@ -39,6 +46,13 @@ def triage_table(result: TriageResult, console: Console | None = None) -> None:
             escape(r.verification.why),
         )
     console.print(table)
+    hidden = len(result.results) - len(shown)
+    if hidden:
+        console.print(
+            escape(
+                f"{hidden} row(s) about {_other(result.workload)} not listed: this is a {result.workload} incident"
+            )
+        )
     if result.judged:
         console.print(
             escape(

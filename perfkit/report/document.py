@@ -16,6 +16,7 @@ from perfkit.core.findings import SECTION_KEYS, Finding, jsonable
 from perfkit.core.frames import utc
 from perfkit.report.markdown import format_cell, html_json
 from perfkit.report.notebook import REDACTED, ExecutedNotebook, redact_text
+from perfkit.triage.workload_notes import about_rows
 
 #: Findings shown in their own section; every other finding goes to the appendix.
 SECTION_FINDINGS = ("changes", "stages", "gpu", "cost", "postmortem")
@@ -375,22 +376,6 @@ def triage_rows(checked: Any, triage_data: Mapping[str, Any]) -> list[dict[str, 
             }
         )
     return rows
-
-
-#: Missing-evidence notes about the other workload's signals: a training job has no latency
-#: histograms (perfkit.analyses.baseline's and stages' notes), a server no train_* series
-#: (perfkit.triage.evidence's note). Their absence is no gap in the evidence.
-OTHER_WORKLOAD_NOTES = {
-    "training": re.compile(r"^(baseline: no \w+ histogram|stages: no )"),
-    "serving": re.compile(r"^training: no train_\* metrics"),
-}
-
-
-def about_rows(note: str, symptoms: set[str], workload: str = "") -> bool:
-    """Whether a missing-evidence note is about what does not apply to the workload: one of these
-    triage rows' (``"<symptom>: missing ..."``), or the other workload's signals."""
-    other = OTHER_WORKLOAD_NOTES.get(workload)
-    return any(note.startswith(f"{s}: missing") for s in symptoms if s) or bool(other and other.match(note))
 
 
 def workload_of(triage_data: Mapping[str, Any]) -> str:

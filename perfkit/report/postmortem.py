@@ -15,9 +15,9 @@ from perfkit.analyses.stages import StageBreakdown
 from perfkit.core.findings import ActionItem, PostmortemModel, Table, TimelineRow
 from perfkit.core.frames import iso
 from perfkit.core.incident import Incident
-from perfkit.report.document import about_rows
 from perfkit.triage import thresholds as T
 from perfkit.triage.table import TriageResult
+from perfkit.triage.workload_notes import about_rows
 
 DETECT_ACTIONS = {
     "prefill_decode_interference": "alert on ITL stalls (>1 s gaps per minute) and TTFT p99, not only p50/p95 means",

@@ -171,12 +171,17 @@ def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> I
     return out
 
 
+#: ``Evidence.logs[LOG_LINES_READ]``: how many lines of known kinds the logs gave, in any span. Logs
+#: that were read and hold no out-of-memory message in the window are evidence of none, not a gap.
+LOG_LINES_READ = "lines_read"
+
+
 def _log_counts(logs: pl.DataFrame | None, window: Window) -> dict[str, int]:
     if logs is None or not logs.height:
         return {}
     inw = logs.filter((pl.col("ts") >= window.start) & (pl.col("ts") <= window.end))
     counts = inw.group_by("kind").len()
-    return {k: int(n) for k, n in counts.iter_rows()}
+    return {LOG_LINES_READ: logs.height, **{k: int(n) for k, n in counts.iter_rows()}}
 
 
 def _gpu_host(engine: S.Engine, inc: Incident) -> tuple[dict[str, float | None], dict[str, float | None]]:

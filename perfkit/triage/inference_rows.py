@@ -30,6 +30,7 @@ from perfkit.triage.row_types import (
     at_least,
     at_most,
     below,
+    calm_text,
     cuts_of,
     negate,
 )
@@ -163,7 +164,7 @@ def verify_tail(ev: Evidence) -> Verification:
                 f"either (two-minute bins: r={it.correlation:.2f}, too few bins to say more)"
             )
             decided = all_of(calm, mechanism, negate(unrelated))
-        why += " while load, queue and KV cache are normal"
+        why += f" while {calm_text(load, waiting, kv)}"
         if ev.chunked_prefill is False:
             why += "; the engine runs with enable_chunked_prefill=False"
         return Verification("confirmed", why, numbers, cuts_of(decided))

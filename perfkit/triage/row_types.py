@@ -184,3 +184,21 @@ def _clamp(x: float) -> float:
 
 def _missing(ev_names: dict[str, Any]) -> list[str]:
     return [k for k, v in ev_names.items() if v is None]
+
+
+def calm_text(load: float | None, waiting: float | None, kv: float | None) -> str:
+    """What "calm" measured, by name: the average number of requests waiting, not the queue's tail
+    (which long prefills themselves lengthen: the stage table may well say the queue owns the tail)."""
+    shown = [
+        text
+        for value, text in (
+            (load, f"load ({load or 0:.2f}x the baseline)"),
+            (waiting, f"requests waiting (avg {waiting or 0:.2g})"),
+            (kv, f"the KV cache (max {kv or 0:.0%})"),
+        )
+        if value is not None
+    ]
+    if not shown:
+        return "no saturation was measured (load, requests waiting and the KV cache unknown)"
+    listed = ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else "".join(shown)
+    return f"{listed} {'are' if len(shown) > 1 else 'is'} normal"

@@ -20,6 +20,7 @@ from perfkit.core.findings import jsonable
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
 from perfkit.triage.rows import EXPLAINS, ROWS, Detection, Row, Verification
+from perfkit.triage.workload_notes import about_rows
 
 #: The workload each direction's row is about. The training rows (data pipeline, communication,
 #: loss) read ``train_*`` step gauges and a step's communication share; the serving rows vLLM's
@@ -164,11 +165,12 @@ def _order(row: Row) -> int:
 def run(ev: Evidence) -> TriageResult:
     """Detect every row; verify the rows that fired; rank by strength x verdict, causes over effects."""
     results: list[RowResult] = []
-    missing = list(ev.missing)
     kind = workload_kind(ev)
+    missing = [m for m in ev.missing if not about_rows(m, set(), kind)]  # the other workload's: no gap
     for row in ROWS:
         det = row.detect(ev)
-        for m in det.missing:
+        about = det.detected or applies(row.direction, kind)
+        for m in det.missing if about else ():  # a gap in the other workload's evidence is no gap
             note = f"{row.symptom}: missing {m}"
             if note not in missing:
                 missing.append(note)
@@ -179,7 +181,7 @@ def run(ev: Evidence) -> TriageResult:
         else:
             ver = Verification("ruled_out", f"symptom not present: {row.seen_as}", {})
         score = det.strength * T.VERDICT_WEIGHT[ver.verdict] if det.detected else 0.0
-        results.append(RowResult(row, det, ver, score, applies=det.detected or applies(row.direction, kind)))
+        results.append(RowResult(row, det, ver, score, applies=about))
     by_dir = {r.row.direction: r for r in results}
     confirmed_causes = sorted(
         (r for r in results if r.verification.verdict == "confirmed" and r.row.direction in EXPLAINS),
