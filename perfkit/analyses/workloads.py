@@ -8,7 +8,7 @@ workload. Engine-agnostic: a bundle's local engine and a live Prometheus answer 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +72,16 @@ def _families(kind: str) -> list[str]:
 def _count_by(engine: S.Engine, metric: str, by: tuple[str, ...], window: Window) -> list[dict[str, Any]]:
     last = ops.over_time("last", ops.Selector(metric), window.seconds)
     return list(engine.instant(ops.aggregate("count", last, *by), window.end).iter_rows(named=True))
+
+
+def window_has_samples(engine: S.Engine, window: Window, names: Iterable[str] | None = None) -> bool:
+    """Whether any series of ``names`` (default: every family the signal catalogue reads) has a
+    sample in ``window``: a live window with none is the wrong window or scope, not an incident
+    whose every row is inconclusive. Stops at the first family found."""
+    for name in sorted(S.catalogue_families() if names is None else names):
+        if engine.has(name) and _count_by(engine, name, (), window):
+            return True
+    return False
 
 
 def find_workloads(engine: S.Engine, window: Window) -> list[Workload]:

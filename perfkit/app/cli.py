@@ -12,7 +12,7 @@ import click
 
 from perfkit import __version__
 from perfkit.app.options import live_options, scope_options, scoped_incident
-from perfkit.errors import PerfkitError
+from perfkit.errors import PerfkitError, SourceError
 
 if TYPE_CHECKING:
     from perfkit.core.incident import Incident
@@ -255,7 +255,17 @@ def triage(bundle: str | None, fmt: str, **live: Any) -> None:
     if bundle:
         result = triage_bundle(bundle_path(bundle), scope=live.get("scope"), hosts=live.get("hosts"))
     elif live.get("prometheus_url"):
+        from perfkit.analyses.workloads import window_has_samples
+
         incident, ev = _live(live)
+        if not window_has_samples(ev.engine, incident.window):
+            w = incident.window
+            raise SourceError(
+                f"no samples of any series perfkit reads (vLLM, DCGM, node exporter, train_*) from "
+                f"{w.start:%Y-%m-%dT%H:%M:%SZ} to {w.end:%Y-%m-%dT%H:%M:%SZ}"
+                f"{' in scope ' + _printable(str(live['scope'])) if live.get('scope') else ''}: check the window "
+                "(--since/--start/--end), the scope and that Prometheus scrapes the service"
+            )
         result = triage_evidence(ev.engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing)
     else:
         raise click.UsageError("give --bundle DIR or --prometheus URL with --start/--end (or --since)")

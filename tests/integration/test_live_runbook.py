@@ -193,3 +193,38 @@ def test_triage_cli_on_live_source(prometheus):
     doc = json.loads(res.output)
     assert doc["directions"][0]["id"] == "release_regression"
     assert doc["directions"][0]["suspect_version"] == "v2.4.0"
+
+
+def test_live_triage_on_a_window_without_samples_says_so(prometheus):
+    """Issue 21: a window a day after the evidence used to exit 0 with nine 'inconclusive' rows."""
+    res = CliRunner().invoke(
+        cli,
+        [
+            "triage",
+            "--prometheus",
+            prometheus.url,
+            "--start",
+            "2026-11-19T13:50:00Z",
+            "--end",
+            "2026-11-19T14:35:00Z",
+        ],
+    )
+    assert res.exit_code == 2, res.output
+    assert "no samples of any series perfkit reads" in res.output and "2026-11-19T13:50:00Z" in res.output
+    # the same command on the incident's own window judges it
+    ok = CliRunner().invoke(
+        cli,
+        [
+            "triage",
+            "--prometheus",
+            prometheus.url,
+            "--start",
+            WINDOW["start"],
+            "--end",
+            WINDOW["end"],
+            "--format",
+            "json",
+        ],
+    )
+    assert ok.exit_code == 0, ok.output
+    assert any(s["detected"] for s in json.loads(ok.output)["symptoms"])
