@@ -258,7 +258,7 @@ def triage(bundle: str | None, fmt: str, **live: Any) -> None:
         from perfkit.analyses.workloads import window_has_samples
 
         incident, ev = _live(live)
-        if not window_has_samples(ev.engine, incident.window):
+        if not window_has_samples(ev.engine, incident.window):  # type: ignore[arg-type]
             w = incident.window
             raise SourceError(
                 f"no samples of any series perfkit reads (vLLM, DCGM, node exporter, train_*) from "
