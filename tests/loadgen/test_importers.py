@@ -1,15 +1,19 @@
-"""Other tools' load-test results converted to ``perfkit.bench/1`` (perfkit/loadgen/importers/).
+"""Other tools' load-test results converted to ``perfkit.bench/1`` (perfkit/loadgen/importers/):
+the mappings, on hand-written samples (``synthetic_*``; tests/loadgen/data/SOURCES.md). The files
+the tools wrote, recorded from their repositories, are tested in test_importers_real.py.
 
-The sample files in tests/loadgen/data/ are small, but every key in them is one the tool writes:
+The synthetic samples are the author's reading of each format (a misreading would be shared by
+sample and importer, which is why the recorded files are tested too); every key in them is one the
+tool writes:
 
-* ``vllm_*.json``: vllm-project/vllm ``vllm/benchmarks/serve.py`` (``main_async``: ``result_json``,
+* ``synthetic_vllm_*.json``: vllm-project/vllm ``vllm/benchmarks/serve.py`` (``main_async``: ``result_json``,
   ``benchmark``: ``result`` and ``process_one_metric``) at commit 009e6d4 (2026, after v0.33.0):
   ``--save-result``, and ``--save-detailed --metric-percentiles 50,90,99 --goodput``; error text as
   ``vllm/benchmarks/lib/endpoint_request_func.py`` keeps it (a reason phrase, or a traceback).
-* ``guidellm_*.json``: vllm-project/guidellm 0.8.1 ``GenerativeBenchmarksReport``
+* ``synthetic_guidellm_*.json``: vllm-project/guidellm 0.8.1 ``GenerativeBenchmarksReport``
   (``src/guidellm/benchmark/schemas/report.py``, ``benchmark.py``, ``base.py``, ``metrics.py``,
   ``src/guidellm/schemas/statistics.py``; goodput fields from ``schemas/benchmark/goodput.py``).
-* ``inference_perf_*.json``: kubernetes-sigs/inference-perf ``inference_perf/reportgen/base.py``
+* ``synthetic_inference_perf_*.json``: kubernetes-sigs/inference-perf ``inference_perf/reportgen/base.py``
   (``summarize_requests``, ``summarize``, ``build_error_counts``) at v0.6.1-29 (7de5ef2, 2026-08),
   the report layout of PyPI 0.7.0.
 
@@ -35,11 +39,11 @@ from perfkit.loadgen.importers.vllm import error_kind as vllm_error_kind
 from perfkit.loadgen.result import SCHEMA, check
 
 DATA = Path(__file__).parent / "data"
-VLLM = DATA / "vllm_serve_concurrency16.json"
-VLLM_DETAILED = DATA / "vllm_serve_detailed_chunked.json"
-GUIDELLM = DATA / "guidellm_concurrent_sweep.json"
-IP_STAGE = DATA / "inference_perf_stage_1_lifecycle_metrics.json"
-IP_SUMMARY = DATA / "inference_perf_summary_lifecycle_metrics.json"
+VLLM = DATA / "synthetic_vllm_serve_concurrency16.json"
+VLLM_DETAILED = DATA / "synthetic_vllm_serve_detailed_chunked.json"
+GUIDELLM = DATA / "synthetic_guidellm_concurrent_sweep.json"
+IP_STAGE = DATA / "synthetic_inference_perf_stage_1_lifecycle_metrics.json"
+IP_SUMMARY = DATA / "synthetic_inference_perf_summary_lifecycle_metrics.json"
 
 
 def load(path: Path) -> dict:
@@ -74,7 +78,8 @@ def test_a_perfkit_document_and_other_json_are_not_foreign_results():
     assert detect([1, 2]) is None
     assert detect({"benchmarks": []}) is None
     with pytest.raises(
-        ForeignResultError, match=r"x\.json: not a vllm bench serve, guidellm or inference-perf"
+        ForeignResultError,
+        match=r"x\.json: not a vllm bench serve, guidellm, inference-perf or aiperf result",
     ):
         convert({"hello": 1, "world": 2}, "x.json")
     with pytest.raises(ForeignResultError, match=r"found: list"):
@@ -437,7 +442,7 @@ def test_wrong_types_name_the_file_and_the_key_path():
         ({"mean_ttft_ms": math.nan}, "vllm.json: mean_ttft_ms: not a finite number (nan)"),
         ({"completed": -3}, "vllm.json: completed: expected at least 0, found -3"),
         ({"completed": 2.5}, "vllm.json: completed: expected a whole number, found 2.5"),
-        ({"duration": None}, "vllm.json: duration: missing (expected a number)"),
+        ({"duration": "1 s"}, "vllm.json: duration: expected a number, found '1 s'"),
         ({"model_id": ["a"]}, "vllm.json: model_id: expected text, found ['a']"),
         ({"latencies": [0.5, "x"]}, "vllm.json: latencies[1]: expected a number >= 0, found 'x'"),
     ]

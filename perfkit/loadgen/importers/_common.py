@@ -157,7 +157,34 @@ def skeleton(tool: str, name: str) -> dict[str, Any]:
     }  # fmt: skip
     doc.update(validity={"valid": True, "reasons": [], "calibration": None}, server=None, records=None)
     doc.update(interrupted=False, source={"tool": tool, "file": Path(name).name, "notes": []})
+    doc["source"]["recomputed"] = {}
     return doc
+
+
+STATED_GAP = 0.005
+"""A recomputed figure more than 0.5 % from the tool's own is named in the notes (rounding of the
+tool's durations and counts stays below it)."""
+
+
+def keep_stated(
+    doc: dict[str, Any], key: str, stated: float | None, recomputed: float | None, said: str, notes: list[str]
+) -> None:
+    """The figure the tool states (``said`` names it) is the document's ``key``, as the tool
+    reported it; perfkit's own recomputation is kept beside it in ``source.recomputed`` and named
+    in the notes when the two differ. Without a stated figure the recomputed one is used, labelled."""
+    doc[key] = stated if stated is not None else recomputed
+    if recomputed is None:
+        return
+    if stated is None:
+        notes.append(f"{key}: recomputed by perfkit ({said} is not in the file)")
+        return
+    doc["source"]["recomputed"][key] = recomputed
+    if abs(recomputed - stated) > STATED_GAP * abs(stated):
+        gap = f" ({(recomputed / stated - 1) * 100:+.1f} %)" if stated else ""
+        notes.append(
+            f"{key}: the tool's {said} {stated:.6g} kept; perfkit's recomputation {recomputed:.6g}{gap} "
+            "is in source.recomputed"
+        )
 
 
 def put(doc: dict[str, Any], m: str, stats: Stats, block: str | None = None) -> None:
@@ -205,11 +232,32 @@ def labels(pairs: dict[str, Any]) -> dict[str, str]:
     return {clean(str(k))[:64]: clean(v) for k, v in list(pairs.items())[:64] if isinstance(v, str)}
 
 
+def no_latencies(doc: dict[str, Any], notes: list[str]) -> None:
+    """A run with nothing completed has no latency: the 0.0 some tools write there (vLLM's mean of
+    an empty list) is no measurement, so every latency figure is null."""
+    fields = [f"{s}_{m}_ms" for m in METRICS for s in ("mean", "median", "std", "p99")]
+    stated = [f for f in fields if doc.get(f) is not None] + [
+        f"percentiles.{k}"
+        for k, by_q in doc["percentiles"].items()
+        if any(v is not None for v in by_q.values())
+    ]
+    doc.update(dict.fromkeys(fields))
+    doc["percentiles"] = {k: dict.fromkeys(PCTS) for k in doc["percentiles"]}
+    doc.update(tokens_per_chunk={"mean": None, "max": None}, max_output_tokens_per_s=None)
+    if stated:
+        more = f" and {len(stated) - 4} more" if len(stated) > 4 else ""
+        notes.append(
+            f"latency: no request completed; the file's {', '.join(stated[:4])}{more} are no measurement, left null"
+        )
+
+
 def finish(doc: dict[str, Any], sent: int, notes: list[str]) -> dict[str, Any]:
-    """Totals and rate of the errors, a run with nothing completed marked invalid, the notes."""
+    """Totals and rate of the errors; a run with nothing completed marked invalid and without
+    latency figures; the notes."""
     doc["errors"]["total"] = sum(doc["errors"]["by_kind"].values())
     doc["errors"]["rate"] = doc["errors"]["total"] / sent if sent else 0.0
     if doc["completed"] == 0:
+        no_latencies(doc, notes)
         doc["validity"].update(valid=False, reasons=[*doc["validity"]["reasons"], "no request completed"])
     doc["source"]["notes"] = notes
     return doc

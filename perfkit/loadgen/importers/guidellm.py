@@ -6,6 +6,7 @@ perfkit report completed requests. Times are ms, except ``request_latency`` (s).
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from perfkit.loadgen.importers._common import (
     Node,
     Stats,
     finish,
+    keep_stated,
     labels,
     put,
     safe_url,
@@ -30,6 +32,7 @@ is left empty rather than mislabelled."""
 STOPPED_EARLY = ("over_saturation", "max_errors", "max_error_rate", "max_global_error_rate")
 """Constraints that end a benchmark because the measurement went wrong (not a planned duration)."""
 _GUIDELLM_PCTS = ("p50", "p90", "p95", "p99", "p999")
+_SYNTHETIC = re.compile(r"prompt_tokens=(?P<prompt>\d{1,7}),\s*output_tokens=(?P<output>\d{1,7})")
 _SHAPES = {
     "synchronous": "concurrency",
     "concurrent": "concurrency",
@@ -59,7 +62,13 @@ def convert_guidellm(root: Node, name: str, i: int) -> dict[str, Any]:
     if not isinstance(b.v, dict):
         b.fail("expected an object")
     m, config, sm = b.need("metrics"), b.obj("config") or b.obj("args"), b.obj("scheduler_metrics")
-    totals = m.obj("request_totals") or (sm.obj("requests_made") if sm else None) or m.need("request_totals")
+    totals = m.obj("request_totals") or b.obj("request_totals") or (sm.obj("requests_made") if sm else None)
+    if totals is None:  # 0.2-0.4: benchmark-level request_totals; 0.5-0.7: metrics.; 0.8: scheduler_metrics.
+        b.fail(
+            "no request counts (metrics.request_totals, request_totals or scheduler_metrics.requests_made)"
+        )
+    if totals.at.endswith("].request_totals"):
+        notes.append("report layout of guidellm 0.2-0.4 (request_totals, args and worker per benchmark)")
     ok, errored = totals.count("successful", True) or 0, totals.count("errored") or 0
     cut = totals.count("incomplete") or 0
     sent = totals.count("total") or ok + errored + cut
@@ -70,16 +79,23 @@ def convert_guidellm(root: Node, name: str, i: int) -> dict[str, Any]:
         duration = (sm.num("measure_end_time", True) or 0.0) - (sm.num("measure_start_time", True) or 0.0)
     if not duration or duration <= 0:
         b.fail("no measured duration (duration, or scheduler_metrics.measure_start_time and _end_time)")
-    doc.update(completed=ok, failed=sent - ok, duration=duration, request_throughput=ok / duration)
+    doc.update(completed=ok, failed=sent - ok, duration=duration)
     prompt_node, out_node = distribution(m, "prompt_token_count")[1], distribution(m, "output_token_count")[1]
     prompt = prompt_node.num("total_sum") if prompt_node else None
     out = out_node.num("total_sum") if out_node else None
     if prompt is not None:
         doc["total_input_tokens"] = round(prompt)
     if out is not None:
-        doc.update(total_output_tokens=round(out), output_throughput=out / duration)
-        doc["total_token_throughput"] = None if prompt is None else (prompt + out) / duration
-    notes.append("throughputs: totals / the measured duration (guidellm reports rate distributions)")
+        doc["total_output_tokens"] = round(out)
+    both = None if prompt is None or out is None else prompt + out
+    for key, rate, total in (
+        ("request_throughput", "requests_per_second", ok),
+        ("output_throughput", "output_tokens_per_second", out),
+        ("total_token_throughput", "tokens_per_second", both),
+    ):
+        stated = distribution(m, rate)[0][0]
+        mine = None if total is None else total / duration
+        keep_stated(doc, key, stated, mine, f"{rate} (successful, mean)", notes)
     ttft, ttft_node = distribution(m, "time_to_first_token_ms")
     if ttft_node is not None and ttft_node.num("max") == 0:
         ttft = NO_STATS
@@ -175,6 +191,14 @@ def _meta(root: Node, b: Node, config: Node | None, doc: dict[str, Any], notes: 
     for source in [x for x in backends if x is not None] + ([args] if args else []):
         meta["model"] = meta["model"] or source.text("model")
         meta["target"] = meta["target"] or safe_url(source.text("target"))
+    worker = b.obj("worker")  # 0.2-0.4: the backend is the worker's
+    if worker is not None:
+        meta["model"] = meta["model"] or worker.text("backend_model")
+        meta["target"] = meta["target"] or safe_url(worker.text("backend_target"))
+    loader = b.obj("request_loader")
+    lengths = _SYNTHETIC.fullmatch(loader.text("data") or "") if loader else None
+    if lengths:  # 0.2-0.4: --data "prompt_tokens=256,output_tokens=128" (fixed lengths)
+        load.update(prompt_tokens=int(lengths["prompt"]), output_tokens=int(lengths["output"]))
     data = spec.items("data") if spec else []
     if data and isinstance(data[0].v, dict) and data[0].text("kind") == "synthetic_text":
         fixed = not data[0].get("prompt_tokens_stdev") and not data[0].get("output_tokens_stdev")

@@ -19,6 +19,7 @@ from perfkit.loadgen.importers._common import (
     Node,
     Stats,
     array_stats,
+    clean,
     finish,
     labels,
     put,
@@ -59,9 +60,8 @@ def convert_vllm(root: Node, name: str) -> dict[str, Any]:
     notes = [
         "TTFT: vLLM times the first chunk with choices, which may hold no token (empty text, chat's role)"
     ]
-    completed, failed = root.count("completed", True) or 0, root.count("failed") or 0
+    completed, failed, duration = _counts(root, notes)
     sent = completed + failed
-    duration = root.num("duration", True)
     doc.update(completed=completed, failed=failed, duration=duration)
     for key in ("total_input_tokens", "total_output_tokens"):
         doc[key] = root.count(key)
@@ -103,6 +103,39 @@ def convert_vllm(root: Node, name: str) -> dict[str, Any]:
     if root.text("date"):
         notes.append(f"started: vLLM's date {root.text('date')} is local time without a zone; left empty")
     return finish(doc, sent, notes)
+
+
+def _counts(root: Node, notes: list[str]) -> tuple[int, int, float | None]:
+    """Completed and failed requests and the duration. Variants of the file (older vLLM, forks and
+    scripts that write its keys) may lack one of ``completed`` and ``duration``: it is derived from
+    the other and ``request_throughput`` (completed / duration, as vLLM computes it), and said so;
+    ``failed`` from ``num_prompts`` - completed. What cannot be derived is named."""
+    completed, duration = root.count("completed"), root.num("duration")
+    rate = root.num("request_throughput")
+    if completed is None and duration is not None and rate is not None:
+        completed = round(rate * duration)
+        notes.append(f"completed: request_throughput x duration = {completed} (the file has no completed)")
+    elif duration is None and completed and rate:
+        duration = completed / rate
+        notes.append("duration: completed / request_throughput (the file has no duration)")
+    if completed is None:
+        keys = ", ".join(clean(str(k))[:30] for k in list(root.v)[:12])
+        root.fail(
+            f"missing, and not derivable: it needs duration and request_throughput (found: {keys})",
+            "completed",
+        )
+    if duration is None:
+        notes.append("duration: not in the file and not derivable; the throughputs as written")
+    failed = root.count("failed")
+    if failed is None:
+        prompts = root.count("num_prompts")
+        failed = prompts - completed if prompts is not None and prompts >= completed else 0
+        notes.append(
+            "failed: num_prompts - completed (the file has no failed)"
+            if prompts is not None and prompts >= completed
+            else "failed: not in the file; taken as 0"
+        )
+    return completed, failed, duration
 
 
 def _one_token_per_chunk(root: Node, stats: dict[str, Stats], notes: list[str]) -> bool | None:
