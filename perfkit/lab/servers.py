@@ -405,21 +405,43 @@ def start_victoriametrics(bundle: Path, workdir: Path, *, port: int = 0, detach:
     cmdline, started = _spawned(proc)
     _wait_ready(url, "/health", proc, log)
     body = prometheus_text_ms(files).encode()
-    step = 8 << 20
-    for i in range(0, len(body), step):
-        chunk = body[i : i + step]
-        if i + step < len(body):  # cut at a line end
-            cut = chunk.rfind(b"\n") + 1
-            chunk = chunk[:cut]
-        resp = requests.post(f"{url}/api/v1/import/prometheus", data=chunk, timeout=120)
+    step, at = 8 << 20, 0
+    while at < len(body):  # pieces of about 8 MiB, each cut at a line end
+        end = len(body) if at + step >= len(body) else body.rfind(b"\n", at, at + step) + 1 or at + step
+        resp = requests.post(f"{url}/api/v1/import/prometheus", data=body[at:end], timeout=120)
         if resp.status_code >= 300:
             raise SourceError(
                 f"{url}/api/v1/import/prometheus: HTTP {resp.status_code}: {resp.text[:200]}",
                 url=url,
                 status=resp.status_code,
             )
-    requests.get(f"{url}/internal/force_flush", timeout=30)
+        at = end
+    _wait_stored(url, sum(1 for line in body.splitlines() if line and not line.startswith(b"#")), proc, log)
     return LabServer("victoriametrics", url, proc.pid, str(data), str(log), str(bundle), cmdline, started)
+
+
+def _wait_stored(url: str, rows: int, proc: subprocess.Popen, log: Path, timeout_s: float = 60.0) -> None:
+    """Return once VictoriaMetrics has added all ``rows`` imported samples to its storage and made
+    them searchable. An import returns when the rows are buffered, not stored: on a busy machine a
+    query right after it saw part of the data (``vm_rows_added_to_storage_total`` says how much is in)."""
+    deadline = time.monotonic() + timeout_s
+    added = 0.0
+    while time.monotonic() < deadline:
+        requests.get(f"{url}/internal/force_flush", timeout=30)
+        page = requests.get(f"{url}/metrics", timeout=30).text
+        added = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in page.splitlines()
+            if line.startswith("vm_rows_added_to_storage_total")
+        )
+        if added >= rows:
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    raise SourceError(
+        f"{url}: {added:.0f} of {rows} imported samples stored after {timeout_s:g} s (see {log})", url=url
+    )
 
 
 def start(engine: str, bundle: Path, workdir: Path, *, port: int = 0, detach: bool = False) -> LabServer:
