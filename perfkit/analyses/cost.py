@@ -1,7 +1,7 @@
 """Cost per million generated tokens, from the hardware bill and the generated-token rate.
 
 ``usd_per_million = usd_per_gpu_hour * gpus / (tokens_per_s * 3600) * 1e6``
-(reference/training-metrics.md §4.5: 8 GPUs at $2.5/h doing 20k tok/s → $0.278/M).
+(8 GPUs at $2.5/h doing 20k tok/s: $20 an hour for 72 M tokens, $0.278/M).
 """
 
 from __future__ import annotations

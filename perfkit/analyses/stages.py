@@ -1,6 +1,6 @@
 """Per-stage latency: queue, prefill, decode and frontend overhead, and which stage owns the tail.
 
-Identities (vLLM ``stats.py``; reference/training-metrics.md §2.1), on means over the window::
+Identities (vLLM ``vllm/v1/metrics/stats.py``), on means over the window::
 
     TTFT  ≈ frontend + queue + prefill
     e2e   ≈ frontend + queue + inference,   inference = prefill + decode

@@ -261,7 +261,7 @@ def _run(cap: Capture, work: Path, store_dir: str, given: dict[str, str]) -> Pat
         return replace(BenchOptions(url=url, model=model, plan=plan(rate, n), out=out, endpoint=str(p["endpoint"]),
                        api_key=api_key, concurrency=conc, seed=seed, slo_ms=slo_ms, labels=labels), **over)  # fmt: skip
 
-    def warm(url: str) -> None:  # cold start stays out of the sample (reference/loadtest.md §6.6)
+    def warm(url: str) -> None:  # cold start stays out of the sample (docs/loadtest.md)
         if count := _int(p["warmup"], "warmup", 0, 100_000):
             slots = conc or 8
             opts = options(url, work / ".warmup.json", {}, plan=plan(None, count, slots), concurrency=slots)

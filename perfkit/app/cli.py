@@ -249,7 +249,7 @@ def open_(
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
 @live_options
 def triage(bundle: str | None, fmt: str, **live: Any) -> None:
-    """Run the triage table on a bundle or live sources; print DESIGN.md §5's JSON or a table."""
+    """Run the triage table on a bundle or live sources; print the triage JSON of docs/bundle.md or a table."""
     from perfkit.triage.table import triage_bundle, triage_evidence
 
     if bundle:

@@ -22,7 +22,7 @@ Schema (``schema`` = 1)::
     }
 
 The ``postmortem`` finding carries the document model the report renders (see
-:class:`PostmortemModel`); the ``triage`` finding's ``data`` is DESIGN.md §5's JSON.
+:class:`PostmortemModel`); the ``triage`` finding's ``data`` is the triage JSON of docs/bundle.md.
 """
 
 from __future__ import annotations

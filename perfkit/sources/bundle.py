@@ -1,4 +1,4 @@
-"""Read an incident bundle (DESIGN.md §4) from disk into frames.
+"""Read an incident bundle (docs/bundle.md) from disk into frames.
 
 Missing parts are not errors: a bundle without ``logs/`` or ``events.csv`` loads, and the gap is
 listed in :attr:`Bundle.missing` so runbooks can say what they could not check. Malformed parts

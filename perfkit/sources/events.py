@@ -1,6 +1,6 @@
 """Read and write a bundle's ``events.csv``: deploys, rollbacks, config changes, alerts, notes.
 
-The file is plain CSV with the header ``ts,kind,service,version,detail`` (DESIGN.md §4)::
+The file is plain CSV with the header ``ts,kind,service,version,detail`` (docs/bundle.md)::
 
     ts,kind,service,version,detail
     2026-11-30T02:04:00Z,deploy,vllm-chat,v0.33.0,"rollout 3/3, canary skipped"

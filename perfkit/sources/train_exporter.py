@@ -1,6 +1,6 @@
 """Export a training loop's step metrics to Prometheus (perfkit's ``train_*`` contract).
 
-Training jobs have no standard exporter, so perfkit fixes a small set of names (DESIGN.md §4) and
+Training jobs have no standard exporter, so perfkit fixes a small set of names (docs/bundle.md) and
 this helper sets them with ``prometheus_client``. Every series carries the label ``job`` and,
 when given, ``rank``:
 

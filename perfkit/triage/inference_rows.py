@@ -1,4 +1,4 @@
-"""The inference-serving rows of the triage table (DESIGN.md §5): tail-latency divergence,
+"""The inference-serving rows of the triage table (docs/bundle.md): tail-latency divergence,
 slow prefill, high TPOT, latency surge under load, a post-deploy shift and out-of-memory, each as a
 detector and a verification. :mod:`perfkit.triage.rows` puts them in :data:`~perfkit.triage.rows.ROWS`.
 

@@ -1,4 +1,4 @@
-"""The seed's triage table as code: phenomenon → direction → verification (DESIGN.md §5).
+"""The seed's triage table as code: phenomenon → direction → verification (docs/bundle.md).
 
 Each row: a symptom detector (does the evidence show the phenomenon, how strongly, 0-1), a
 verification that runs the row's quick check and returns ``confirmed`` / ``ruled_out`` /

@@ -1,4 +1,4 @@
-"""Run the whole triage table on an incident's evidence and rank the directions (DESIGN.md §5 JSON).
+"""Run the whole triage table on an incident's evidence and rank the directions (the JSON of docs/bundle.md).
 
 Which rows apply: the serving rows read vLLM's histograms and counters, the training rows a training
 loop's ``train_*`` series (:data:`ROW_WORKLOAD`). The evidence says which workload the incident is

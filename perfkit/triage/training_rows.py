@@ -1,4 +1,4 @@
-"""The training rows of the triage table (DESIGN.md §5): GPU utilisation low with the host CPU or
+"""The training rows of the triage table (docs/bundle.md): GPU utilisation low with the host CPU or
 the network busy, and an oscillating loss, each as a detector and a verification.
 :mod:`perfkit.triage.rows` puts them in :data:`~perfkit.triage.rows.ROWS`.
 

@@ -1,4 +1,4 @@
-"""Write a simulated scenario as an incident bundle (DESIGN.md §4)."""
+"""Write a simulated scenario as an incident bundle (docs/bundle.md)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ the physics of one step, :mod:`perfkit.lab.sim.training_engine` the simulation
 (:func:`~perfkit.lab.sim.training_engine.simulate` plays a spec forward optimizer step by optimizer
 step for every rank), :mod:`perfkit.lab.sim.training_logs` the launcher's log lines and
 :mod:`perfkit.lab.sim.training_exporters` the scrapes. This module writes the bundle:
-:func:`generate` writes it (DESIGN.md §4) with the writer of :mod:`perfkit.lab.sim.bundle`. The
+:func:`generate` writes it (docs/bundle.md) with the writer of :mod:`perfkit.lab.sim.bundle`. The
 same spec and seed give the same bytes. The scenarios in
 :data:`~perfkit.lab.sim.training_traces.TRACED` also carry profiler traces of a few steps per window
 (``traces/baseline/``, ``traces/incident/``: :mod:`perfkit.lab.sim.training_traces`).

@@ -3,7 +3,7 @@
 Each story is told through the physics of :mod:`perfkit.lab.sim.training_physics` (what the job ran on and
 what changed), never through the symptoms a detector looks for. Every spec runs 40 minutes:
 baseline 01:00-16:00, incident window 20:00-40:00 (scenario time), a change or fault between.
-The answer key (``answer``) is written for the seed's triage table (DESIGN.md §5): the direction
+The answer key (``answer``) is written for the seed's triage table (docs/bundle.md): the direction
 id, the symptom id, the suspect version when a versioned deploy caused it, the evidence a good
 investigation finds, and the fix.
 """
