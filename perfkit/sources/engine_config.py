@@ -25,12 +25,19 @@ argparse namespace          ``args: Namespace(…, max_num_seqs=None, gpu_memory
                             args instead): every argument; ``None`` means "decided later", unknown.
 chunked-prefill notice      ``Chunked prefill is enabled with max_num_batched_tokens=2048.``: chunked
                             prefill on, and the budget in force after vLLM's defaults applied.
+launch line (kind           a launcher's or orchestrator's echo of the command that started vLLM
+``vllm_launch``)            (``python -m vllm.entrypoints.openai.api_server --model m
+                            --gpu-memory-utilization 0.8 --enable-prefix-caching``, a k8s ``vllm
+                            serve m --enable-chunked-prefill --max_num_batched_tokens 1024`` args
+                            list): the flags it sets (``--no-enable-…`` is False; ``_`` spellings too).
 ==========================  ==================================================================
 
 Only the last start of the server counts: the records are ordered by time (file order among equal
-times); the last line of the four kinds above is the anchor, and the lines of its file from the
-last start marker at or before it (``vLLM API server version …``, the non-default args or the
-namespace line) on are read, a later line winning for a key both give. A setting the operator
+times); the last line of the five kinds above is the anchor, and the lines of its file from the
+last start marker at or before it (a launch line, ``vLLM API server version …``, the non-default args
+or the namespace line, together with the start markers of other kinds just before it: one start
+prints each once) on are read, a later line winning for a key both give, so vLLM's own lines win
+over the launcher's echo of its command. A setting the operator
 left at its default is often in none of them: it is then absent, not guessed.
 
 vLLM exports one configuration info metric, ``vllm:cache_config_info`` (a gauge set to 1 whose
@@ -51,7 +58,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import polars as pl
 
@@ -91,6 +98,10 @@ _NAMESPACE = "args: Namespace("
 _NOTICE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d{1,10})\.")
 _STARTED = "vLLM API server version "
 _LITERALS = ["with config: ", _NON_DEFAULT, _NAMESPACE, "Chunked prefill is enabled with", _STARTED]
+
+_LAUNCH = "vllm_launch"  # the record kind of a launcher's echo of vLLM's command line (log_lines)
+_FLAG_TOKEN = re.compile(r"[^\s,\[\]\"'=]{1,256}")  # a launch line's words, quotes and "=" apart
+_BOOLS = {"true": True, "false": False}
 
 _KEY = re.compile(r"'?([A-Za-z_][A-Za-z0-9_]{0,63})'?(?:=|: )")
 _INT = re.compile(r"\d{1,10}")
@@ -152,6 +163,7 @@ class _Line(NamedTuple):
     source: str
     line: int
     message: str
+    kind: str
 
 
 def _from_logs(records: pl.DataFrame | None) -> dict[str, _Found]:
@@ -159,32 +171,60 @@ def _from_logs(records: pl.DataFrame | None) -> dict[str, _Found]:
         return {}
     hits = (
         records.with_row_index("_row")
-        .filter(pl.col("message").is_not_null() & pl.col("message").str.contains_any(_LITERALS))
-        .select("_row", "ts", "source", "line", "message")
+        .filter(
+            pl.col("message").is_not_null()
+            & (pl.col("message").str.contains_any(_LITERALS) | (pl.col("kind") == _LAUNCH))
+        )
+        .select("_row", "ts", "source", "line", "message", "kind")
     )
     lines = sorted(
-        _Line((ts is not None, to_ms(ts) if ts is not None else 0, row), str(src), int(no or 0), msg)
-        for row, ts, src, no, msg in hits.iter_rows()
+        _Line(
+            (ts is not None, to_ms(ts) if ts is not None else 0, row), str(src), int(no or 0), msg, str(kind)
+        )
+        for row, ts, src, no, msg, kind in hits.iter_rows()
     )
-    settings = [ln for ln in lines if _settings(ln.message) is not None]
+    settings = [ln for ln in lines if _settings(ln.message, ln.kind) is not None]
     if not settings:
         return {}
     anchor = settings[-1]
     own = [ln for ln in lines if ln.source == anchor.source and ln.order <= anchor.order]
-    starts = [i for i, ln in enumerate(own) if _is_start(ln.message)]
     found: dict[str, _Found] = {}
-    for ln in own[starts[-1] if starts else 0 :]:
-        for key, value in (_settings(ln.message) or {}).items():
+    for ln in own[_start(own) :]:
+        for key, value in (_settings(ln.message, ln.kind) or {}).items():
             found[key] = _Found(value, f"log line {ln.source}:{ln.line}")
     return found
 
 
-def _is_start(message: str) -> bool:
-    return message.startswith((_STARTED, _NON_DEFAULT, _NAMESPACE))
+def _start(own: list[_Line]) -> int:
+    """Where the last start in ``own`` begins: its last start marker, and the markers just before it
+    that one start prints earlier (the launcher's echo, then vLLM's version line, then its args)."""
+    ranks = [_start_rank(ln) for ln in own]
+    starts = [i for i, rank in enumerate(ranks) if rank is not None]
+    if not starts:
+        return 0
+    first = starts[-1]
+    while first > 0 and (before := ranks[first - 1]) is not None and before < cast(int, ranks[first]):
+        first -= 1
+    return first
 
 
-def _settings(message: str) -> dict[str, bool | int | float] | None:
+def _start_rank(ln: _Line) -> int | None:
+    """The order in which one start prints its markers (None: not a start marker)."""
+    if ln.kind == _LAUNCH:
+        return 0
+    return (
+        1
+        if ln.message.startswith(_STARTED)
+        else 2
+        if ln.message.startswith((_NON_DEFAULT, _NAMESPACE))
+        else None
+    )
+
+
+def _settings(message: str, kind: str = "vllm") -> dict[str, bool | int | float] | None:
     """The settings one line states (maybe none), or None when it is not a settings line."""
+    if kind == _LAUNCH:
+        return _flags(message)
     notice = _NOTICE.match(message)
     if notice is not None:
         tokens = _int_value(notice[1])
@@ -210,6 +250,27 @@ def _parse_items(text: str, start: int, *, nested: bool) -> dict[str, bool | int
             continue
         token = item[m.end() :].split(None, 1)[0] if item[m.end() :].strip() else ""
         value = _typed(key, token.rstrip("."))
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _flags(text: str) -> dict[str, bool | int | float]:
+    """The settings among the ``--flag value`` / ``--flag=value`` / bare ``--flag`` of a command line."""
+    out: dict[str, bool | int | float] = {}
+    words = _FLAG_TOKEN.findall(text, 0, _MAX_SCAN)
+    for i, word in enumerate(words):
+        name = word[2:].replace("-", "_") if word.startswith("--") else ""
+        negated = name.startswith("no_")
+        key = _ALIASES.get(name[3:] if negated else name)
+        if key is None:
+            continue
+        after = words[i + 1] if i + 1 < len(words) else ""
+        value: bool | int | float | None
+        if key in ("chunked_prefill", "prefix_caching"):  # a bare flag is on; old vLLM took "True"/"False"
+            value = False if negated else _BOOLS.get(after.lower(), True)
+        else:
+            value = None if negated else _typed(key, after)
         if value is not None:
             out[key] = value
     return out

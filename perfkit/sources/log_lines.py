@@ -51,7 +51,11 @@ _V0_PREFIX_LINE = re.compile(rf"Prefix cache hit rate: GPU: ({_NUM})%, CPU: {_NU
 _V0_PREFIX_GAP_MS = 1500
 _PREEMPTIONS = re.compile(r"Preemptions: (\d+)")
 _KV_USAGE = re.compile(rf"KV cache usage: ({_NUM})%")  # the first: GPU/XPU/... (V0 adds CPU after it)
-_PREFIX_HIT = re.compile(rf"Prefix cache hit rate: (?:GPU: )?({_NUM})%")
+# "Prefix cache hit rate: x%" (V1), "GPU: x%" inside it (V0's own line), or a device word before it
+# ("GPU prefix cache hit rate: x%, CPU prefix cache hit rate: y%"): the word says whose cache it is.
+_PREFIX_HIT = re.compile(rf"(?:\b(\w{{1,16}}) )?[Pp]refix cache hit rate: (?:GPU: )?({_NUM})%")
+#: words before "prefix cache hit rate" that name another cache than the engine's own (GPU) one
+_OTHER_PREFIX_CACHES = frozenset({"CPU", "External", "external", "Host", "host", "Disk", "disk", "Remote"})
 
 # -- signals --------------------------------------------------------------------------------------
 # PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp): "CUDA out of memory. Tried to allocate"
@@ -80,9 +84,84 @@ _DATALOADER = re.compile(
 # open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..,
 # name=.., msg" (MIG adds " GPU-I:01 GPU-CI:00" inside the parenthesis; old drivers wrote no "PCI:").
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^()]{0,64})\): (?P<xid>\d+)")
+# The same condition as Xid 79 said without an Xid (open-gpu-kernel-modules
+# src/nvidia/arch/nvalloc/unix/src/osinit.c): osHandleGpuLost's "NVRM: GPU 0000:3b:00.0: GPU has fallen off
+# the bus." and RmInitAdapter's three-line "NVRM: The NVIDIA GPU 0000:b3:00.0 / NVRM: (PCI ID: 10de:26b5)
+# installed in this system has / NVRM: fallen off the bus and is not responding to commands."
+_FALLEN = "fallen off the bus"
+
+# -- wrapped start-up lines and launch lines --------------------------------------------------------
+# A terminal or a log viewer cuts a long line into rows of one width (vllm-project/vllm#8242 and #9532 pasted
+# start-up lines cut at 1000 columns, one mid-word): the rows after a start-up line that cannot start a
+# record are joined back to it while each row before was full width and the settings are not closed yet.
+_STARTUP_MARKS = ("non-default args: {", "args: Namespace(")
+_MIN_WRAP_WIDTH, _MAX_WRAP_ROWS = 80, 256  # no terminal is narrower than 80 columns; 64 KiB at 256
+_MAX_JOINED = 64 * 2**10  # as long as one log line may be
+_QUOTE_AFTER = frozenset("=:[({, ")
+# A launcher's or orchestrator's echo of vLLM's command line ("python -m vllm.entrypoints.openai.api_server
+# --model m --enable-chunked-prefill", a k8s "vllm serve m --max_num_batched_tokens 1024" args list):
+# the engine's settings as flags (read by perfkit.sources.engine_config).
+_LAUNCH_FLAG = re.compile(
+    r"--(?:no-)?(enable[-_]chunked[-_]prefill|max[-_]num[-_]batched[-_]tokens|max[-_]num[-_]seqs"
+    r"|gpu[-_]memory[-_]utilization|enable[-_]prefix[-_]caching)\b"
+)
+
+
+def _is_launch(text: str) -> bool:
+    """A command line (not argparse's usage text) that sets vLLM's flags: it names vLLM and sets one of
+    them, or sets two (no other engine spells two of them alike: LMDeploy shares only prefix caching)."""
+    if "--" not in text or "[--" in text:
+        return False
+    names = {m[1].replace("_", "-") for m in _LAUNCH_FLAG.finditer(text, 0, _MAX_JOINED)}
+    return len(names) >= 2 or (len(names) == 1 and "vllm" in text.lower())
+
+
+class _Wrapped:
+    """A start-up record whose settings a wrap may have cut: its row, the first row's width, the
+    brackets and quote open at its end (a quote opens only after a delimiter, as in a Python repr)."""
+
+    def __init__(self, row: int, width: int, settings: str) -> None:
+        self.row, self.width, self.rows, self.size = row, width, 1, len(settings)
+        self.depth, self.quote, self.last = 0, "", ""
+        self.scan(settings)
+
+    def scan(self, text: str) -> None:
+        depth, quote, prev, escaped = self.depth, self.quote, self.last, False
+        for ch in text:
+            if escaped:  # only ever set inside a quote
+                escaped = False
+            elif quote:
+                escaped, quote = ch == "\\", "" if ch == quote else quote
+            elif ch in "'\"" and (not prev or prev in _QUOTE_AFTER):
+                quote = ch
+            elif ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth = max(depth - 1, 0)
+            prev = ch
+        self.depth, self.quote, self.last = depth, quote, prev or self.last
+
+    @property
+    def open(self) -> bool:
+        return bool(self.quote) or self.depth > 0 or self.last not in (")", "}")
+
+
+def _settings_part(msg: str) -> str | None:
+    """The settings of a vLLM start-up line (from its opening bracket), or None when it is not one."""
+    for mark in _STARTUP_MARKS:
+        if msg.startswith(mark):
+            return msg[len(mark) - 1 :]
+    at = msg.find("with config: ", 0, 256)
+    return msg[at + 13 :] if at > 0 and msg.startswith("Initializing ") else None
+
 
 # -- timestamps of lines that are not vLLM / JSON -----------------------------------------------
-_RANK_PREFIX = re.compile(r"\[(?:rank|default)\d+\]:\s?")
+# Put before a line's own stamp: indentation, torchrun's "[rank3]:"/"[default0]:", a "[1234] " pid or line
+# number ("[80746] [rank0]:[E321 02:07:08...]", hiyouga/LlamaFactory#7396), Ray's "(WorkerDict pid=1230, ip=..)
+# "; a few, each bounded (a dmesg "[12345.678901]" has a dot: not one).
+_LINE_PREFIX = re.compile(
+    r"[ \t]{0,64}(?:(?:\[(?:rank|default)?\d{1,9}\]:?|\([\w.-]{0,64} ?pid=\d{1,9}(?:, ip=[^()\s]{1,256})?\)) ?){0,4}"
+)
 _ISO_TS = re.compile(
     r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\b"
 )
@@ -90,30 +169,14 @@ _ISO_TS = re.compile(
 # which writes the date as the number (month * 100 + day): "[E810 03:04:11.061727749 file.cpp:683]" is
 # 10 August. The month is 1-2 digits, the day always 2, so "E111 " is 11 January and "E1101 " 1 November.
 _GLOG_TS = re.compile(r"\[?([IWEF])(1[0-2]|0?[1-9])([0-3]\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?[ \]]")
-_MONTHS = {
-    m: i
-    for i, m in enumerate(
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1
-    )
-}
-_MON = "(" + "|".join(_MONTHS) + ")"
-_SYSLOG_TS = re.compile(
-    _MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))? "
-)  # journalctl -o short(-precise)
+_MON = "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_MONTHS = {m: i for i, m in enumerate(_MON[1:-1].split("|"), 1)}
+# syslog, journalctl -o short(-precise)
+_SYSLOG_TS = re.compile(_MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))? ")
 _DMESG_T_TS = re.compile(r"\[(?:[A-Z][a-z]{2} )?" + _MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\]")
 
-_LEVELS = {
-    "WARN": "WARNING",
-    "ERR": "ERROR",
-    "FATAL": "CRITICAL",
-    "CRIT": "CRITICAL",
-    "TRACE": "DEBUG",
-    "D": "DEBUG",
-    "I": "INFO",
-    "W": "WARNING",
-    "E": "ERROR",
-    "F": "CRITICAL",
-}
+_LEVELS = dict(WARN="WARNING", ERR="ERROR", FATAL="CRITICAL", CRIT="CRITICAL", TRACE="DEBUG")
+_LEVELS.update(D="DEBUG", I="INFO", W="WARNING", E="ERROR", F="CRITICAL")  # glog's one-letter levels
 
 
 # -- parsing ---------------------------------------------------------------------------------------
@@ -183,7 +246,7 @@ class _Columns:
         rest = text[m.end() :]
         preemptions = _PREEMPTIONS.search(rest) if "Preemptions" in rest else None
         kv = _KV_USAGE.search(rest)
-        prefix = _PREFIX_HIT.search(rest)
+        prefix = _gpu_prefix_hit(rest)
         engine = m["engine"]
         self.stats_rows.append(
             (
@@ -194,7 +257,7 @@ class _Columns:
                 int(m["running"]),
                 int(m["waiting"]),
                 float(kv[1]) / 100 if kv else None,
-                float(prefix[1]) / 100 if prefix else None,
+                prefix,
                 int(preemptions[1]) if preemptions else None,
             )
         )
@@ -219,6 +282,17 @@ class _Columns:
         records = _build(self.log_rows, LOG_SCHEMA)
         stats = _build(self.stats_rows, STATS_SCHEMA).sort("ts", nulls_last=True, maintain_order=True)
         return records, stats
+
+
+def _gpu_prefix_hit(rest: str) -> float | None:
+    """The engine's own (GPU) prefix-cache hit rate in the rest of a stats line, as a fraction: the
+    first figure not named for another cache (CPU offload, external, ...); None when there is none."""
+    if "refix cache hit rate" not in rest:
+        return None
+    for m in _PREFIX_HIT.finditer(rest):
+        if m[1] not in _OTHER_PREFIX_CACHES:
+            return float(m[2]) / 100
+    return None
 
 
 def _build(rows: list[tuple[object, ...]], schema: SchemaDict) -> pl.DataFrame:
@@ -247,11 +321,15 @@ class _Parser:
         self.last_ts: int | None = None
         self.unknown = 0
         self.last_stats: int | None = None  # index of this file's last stats row, for V0's prefix line
+        self.wrapped: _Wrapped | None = None  # a start-up line the next rows may continue
 
     def feed(self, lineno: int, text: str) -> None:
         """Classify one line (newline optional) and append what it gives."""
         if "\x1b" in text:
             text = _ANSI.sub("", text)
+        if self.wrapped is not None and self._continues(text.rstrip("\r\n")):
+            return
+        width = len(text.rstrip("\r\n"))
         text = text.rstrip()
         if not text:
             return
@@ -264,6 +342,43 @@ class _Parser:
         date, time, level, msg = m.group("date", "time", "level", "msg")
         self._classified(
             lineno, self._carry(self.years.stamp_ms(date, time)), level, msg, default_kind="vllm"
+        )
+        settings = _settings_part(msg) if width >= _MIN_WRAP_WIDTH else None
+        if settings is not None and self.out.log_rows[-1][3] == "vllm":
+            wrapped = _Wrapped(len(self.out.log_rows) - 1, width, settings)
+            self.wrapped = wrapped if wrapped.open else None
+
+    def _continues(self, row: str) -> bool:
+        """Join ``row`` to the start-up line a wrap cut, if it is the rest of it (see :data:`_STARTUP_MARKS`)."""
+        wrapped, self.wrapped = self.wrapped, None
+        assert wrapped is not None
+        text = row.rstrip()
+        if (
+            not text
+            or wrapped.rows >= _MAX_WRAP_ROWS
+            or wrapped.size + len(row) > _MAX_JOINED
+            or text.startswith(("  ", "\t"))  # indented: a traceback, a continued kernel message
+            or not self._cannot_start(text)
+        ):
+            return False
+        ts, source, line, kind, level, msg = self.out.log_rows[wrapped.row]
+        self.out.log_rows[wrapped.row] = (ts, source, line, kind, level, f"{msg}{row}")
+        wrapped.scan(row)
+        wrapped.rows += 1
+        wrapped.size += len(row)
+        if len(row) == wrapped.width and wrapped.open:
+            self.wrapped = wrapped  # a full row, the settings still open: the next row may go on
+        return True
+
+    def _cannot_start(self, text: str) -> bool:
+        """True when ``text`` is no record of its own: no vLLM, JSON or timestamped line, no signal, no stats."""
+        if _VLLM_HINT.search(text) or (text[0] == "{" and _json_fields(text) is not None):
+            return False
+        return (
+            _leading_ts(text, self.years)[0] is None
+            and _signal(text) is None
+            and "Avg prompt throughput" not in text
+            and not _is_launch(text)
         )
 
     def _json(self, lineno: int, text: str) -> bool:
@@ -309,7 +424,10 @@ class _Parser:
             return
         stats = _STATS.search(text) if "Avg prompt throughput" in text else None
         if stats is None:
-            self.unknown += 1
+            if _is_launch(text):
+                self.out.record(ts, self.source, lineno, "vllm_launch", level, text)
+            else:
+                self.unknown += 1
             return
         self.out.stats_row(ts, stats, text)
         self.last_stats = len(self.out.stats_rows) - 1
@@ -340,8 +458,12 @@ def _signal(text: str) -> tuple[str, str | None] | None:
         text
     ):
         return "dataloader_error", "ERROR"
-    if "NVRM: Xid" in text and _XID.search(text):
-        return "xid", "ERROR"
+    if "NVRM" in text:
+        if "NVRM: Xid" in text and _XID.search(text):
+            return "xid", "ERROR"
+        fallen = text.find(_FALLEN)
+        if fallen > 0 and "NVRM:" in text[:fallen]:
+            return "xid", "ERROR"  # the Xid 79 condition, logged without its Xid
     return None
 
 
@@ -365,12 +487,13 @@ def _leading_ts(text: str, years: _Years) -> tuple[int | None, str | None]:
     it), glog (``[E1130 02:10:01.123456 file.cpp:12]``, which also gives the level), syslog
     (``Nov 30 02:10:01 host kernel:``, also with ``journalctl -o short-precise`` microseconds),
     PyTorch's c10 logger (``[E810 03:04:11.061727749 file.cpp:683]``, the date as month * 100 + day)
-    and ``dmesg -T`` (``[Mon Nov 30 02:10:01 2026]``), after an optional ``[rank0]:`` prefix.
+    and ``dmesg -T`` (``[Mon Nov 30 02:10:01 2026]``), after optional indentation and launcher prefixes
+    (``[rank0]:``, ``[default0]:``, ``[1234] ``; :data:`_LINE_PREFIX`).
     """
-    if text.startswith(("[rank", "[default")):
-        m = _RANK_PREFIX.match(text)
-        if m:
-            text = text[m.end() :]
+    if text[:1] in " \t[(":
+        prefix = _LINE_PREFIX.match(text)
+        if prefix:
+            text = text[prefix.end() :]
     first = text[:1]
     if first.isdigit() or first == "[":
         m = _ISO_TS.match(text)

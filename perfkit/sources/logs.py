@@ -15,8 +15,9 @@ kind                  line
 ``vllm``              ``(APIServer pid=7) INFO 11-30 00:10:05 [api_server.py:1012] ...`` (also
                       with a ``VLLM_LOGGING_PREFIX``, ANSI colours, or without the process part)
 ``vllm_stats``        a vLLM ``Avg prompt throughput: ...`` stats line (V1, V1 aggregated over engines,
-                      and V0, whose ``Prefix cache hit rate: GPU: x%, CPU: y%`` line after it fills
-                      the row's prefix-cache figure)
+                      and V0 back to vLLM 0.2, whose ``Prefix cache hit rate: GPU: x%, CPU: y%`` line
+                      after it fills the row's prefix-cache figure); the prefix-cache figure is the
+                      engine's own (GPU) one, never one named ``CPU``/``External`` ``prefix cache``
 ``json``              ``{"ts": ..., "message": ..., "level": ...}`` (see :data:`~perfkit.sources.log_lines.JSON_TS_KEYS`;
                       vLLM's own JSON logging, ``asctime``/``levelname``/``message``, included);
                       a JSON line whose message is a vLLM line (docker json-file) is ``vllm``
@@ -29,8 +30,20 @@ kind                  line
                       timeout: WorkNCCL(...)`` (older PyTorch: ``[Rank R] ...``)
 ``dataloader_error``  ``DataLoader worker (pid N) exited unexpectedly``, ``DataLoader timed out
                       after N seconds``, ``... is killed by signal``, shared-memory bus errors
-``xid``               kernel ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...``
+``xid``               kernel ``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., ...``; also the Xid 79
+                      condition said without an Xid: ``NVRM: GPU 0000:3b:00.0: GPU has fallen off
+                      the bus.``, ``NVRM: fallen off the bus and is not responding to commands.``
+``vllm_launch``       a launcher's or orchestrator's echo of vLLM's command line (``python -m
+                      vllm.entrypoints.openai.api_server --model m --max-num-seqs 64``, a k8s args
+                      list): a line in no other format that names vLLM and sets one of its engine
+                      flags, or sets two (:mod:`perfkit.sources.engine_config` reads them)
 ====================  ========================================================================
+
+A vLLM start-up line (``Initializing ... with config: ...``, ``non-default args: {...}``, ``args:
+Namespace(...)``) that a terminal or log viewer cut into rows of one width (at least 80 columns) is
+joined back: the rows after it that cannot start a record of their own are appended to its message
+while each row before was full width and the settings are still open (an open bracket or quote, or
+no closing ``)``/``}``), at most 256 rows and 64 KiB.
 
 A signal (OOM, NCCL, DataLoader, Xid) inside a vLLM or JSON line gives that line the signal's
 kind. ``message`` is the message part of vLLM and JSON lines and the whole line (ANSI codes
@@ -41,7 +54,8 @@ Timestamps: vLLM (``%m-%d %H:%M:%S``), glog (``E1130 02:10:01.123456``), PyTorch
 (``E810 03:04:11.061727749``: month * 100 + day) and syslog (``Nov 30 02:10:01``) stamps carry no
 year; it is the year that puts the date closest to the middle of ``window`` (so an incident
 spanning New Year works). Stamps without a zone are taken as UTC (NCCL's and syslog's are local
-time on the host). A line without a timestamp of its own (a traceback's ``torch.OutOfMemoryError`` line, a
+time on the host). A stamp is found after indentation and launcher prefixes (torchrun's ``[rank3]:``
+and ``[default0]:``, a ``[1234]`` pid or line number). A line without a timestamp of its own (a traceback's ``torch.OutOfMemoryError`` line, a
 dmesg ``[12345.678901]`` line, whose clock is time since boot) gets the timestamp of the previous
 timestamped line of the same file, or null when there is none. Blank lines are skipped and not
 counted; records keep file order (``source``, ``line``).

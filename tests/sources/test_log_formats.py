@@ -404,6 +404,19 @@ def test_nvidia_xid_from_syslog_journal_and_dmesg():
     ]
 
 
+def test_gpu_fallen_off_the_bus_without_an_xid():
+    # NVIDIA/open-gpu-kernel-modules (1739a20e) src/nvidia/arch/nvalloc/unix/src/osinit.c osHandleGpuLost:
+    # NV_DEV_PRINTF(NV_DBG_ERRORS, nv, "GPU has fallen off the bus.\n") and "GPU serial number is %s.\n",
+    # NV_DEV_PRINTF's prefix "NVRM: GPU " NV_PCI_DEV_FMT ": " ("%04x:%02x:%02x.%x", kernel-open/common/inc/nv.h),
+    # through syslog; the Xid 79 condition, named by no Xid; the serial-number line is no signal
+    result = parse(
+        "Nov 30 02:10:01 gpu-node-3 kernel: NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+        "Nov 30 02:10:01 gpu-node-3 kernel: NVRM: GPU 0000:3b:00.0: GPU serial number is 1650523012345.",
+        "Nov 30 02:10:02 gpu-node-3 kernel: [drm] the bus is fine; nothing has fallen off the bus here",
+    )
+    assert kinds(result) == [(at(2, 10, 1), 1, "xid", "ERROR")]
+
+
 # -- vLLM info metrics ----------------------------------------------------------------------------------
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)

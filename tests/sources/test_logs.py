@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, Window
+from perfkit.sources.engine_config import engine_config, engine_config_from_logs
 from perfkit.sources.logs import LogResult, expand, parse_lines, read_logs, source_names
 
 DATA = Path(__file__).parent / "data"
@@ -385,3 +386,186 @@ def test_100k_vllm_lines_parse_fast(tmp_path: Path):
     assert result.records.height + result.unknown == 100_000
     # well under a second on a laptop; the bound leaves room for a busy CI runner
     assert elapsed < 3.0
+
+
+# -- real lines as they appear in the wild (tests/sources/data/SOURCES.md names each source) ---------
+# Each file holds lines pasted in a public GitHub thread or printed in an upstream project's docs.
+
+SEP_OCT_2024 = Window(datetime(2024, 9, 1, tzinfo=UTC), datetime(2024, 10, 31, tzinfo=UTC))
+
+
+def test_wrapped_engine_config_line_is_joined_back_vllm_pr_9532():
+    """vllm-project/vllm#9532 pasted vLLM 0.6.x's config line cut at 1000 columns inside "chunked":
+    both settings after the cut (chunked prefill, prefix caching) come back."""
+    result = read_logs(DATA / "vllm_wrapped_config_pr9532.log", window=SEP_OCT_2024)
+    assert [(ts, line, kind) for ts, line, kind, _, _ in rows(result)] == [
+        (t(4, 32, 46, day=20, month=10, year=2024), 1, "vllm"),
+        (t(4, 32, 47, day=20, month=10, year=2024), 3, "vllm"),
+    ]
+    assert result.unknown == 0  # the continuation row is part of line 1, not an unknown line
+    message = result.records["message"][0]
+    assert "num_scheduler_steps=1, chunked_prefill_enabled=True multi_step" in message
+    assert message.endswith("mm_processor_kwargs=None)")
+    assert engine_config_from_logs(result.records) == {"chunked_prefill": True, "prefix_caching": True}
+
+
+def test_wrapped_namespace_line_is_joined_back_vllm_issue_8242():
+    """vllm-project/vllm#8242 pasted vLLM 0.6.0's args line cut at 1000 columns inside a quoted value
+    ('auto / '); the second row is kept as far as the stored thread shows it."""
+    result = read_logs(DATA / "vllm_wrapped_namespace_issue8242.log", window=SEP_OCT_2024)
+    assert result.records["line"].to_list() == [1, 2] and result.unknown == 0
+    assert "lora_dtype='auto', lora_extra_vocab_size=256" in result.records["message"][1]
+    config = engine_config(result.records, None, SEP_OCT_2024)
+    assert config == {
+        "max_num_seqs": {
+            "value": 512,
+            "source": "log line vllm_wrapped_namespace_issue8242.log:2",
+        },  # 2nd row
+        "gpu_memory_utilization": {"value": 0.9, "source": "log line vllm_wrapped_namespace_issue8242.log:2"},
+        "prefix_caching": {"value": True, "source": "log line vllm_wrapped_namespace_issue8242.log:2"},
+    }  # enable_chunked_prefill=None and max_num_batched_tokens=None: decided later, not known
+
+
+def test_joining_is_bounded_to_rows_that_cannot_start_a_record():
+    """A full-width row ends the join at the first row that is a record of its own, or indented, or
+    after a row shorter than the first (the last piece); a line under 80 columns is never continued."""
+    first, rest = (DATA / "vllm_wrapped_config_pr9532.log").read_text().splitlines()[:2]
+    cut = [first, '  File "x.py", line 1', rest]  # an indented row: not a wrap
+    assert parse_lines(cut, window=SEP_OCT_2024).unknown == 2
+    stamped = [first, "2024-10-20 04:32:46 " + rest]  # a row with its own time is its own line
+    assert parse_lines(stamped, window=SEP_OCT_2024).unknown == 1
+    short = ["INFO 10-20 04:32:46 api_server.py:1] args: Namespace(max_num_seqs=8, max_", "num_seqs=256)"]
+    assert parse_lines(short, window=SEP_OCT_2024).unknown == 1  # 73 columns: no terminal wraps there
+    done = [first, rest, "hunked_prefill_enabled=False"]  # the row before was shorter: the join ended
+    result = parse_lines(done, window=SEP_OCT_2024)
+    assert result.unknown == 1
+    assert engine_config_from_logs(result.records)["chunked_prefill"] is True
+    started = time.perf_counter()
+    huge = [first] + ["x" * 1000] * 5000  # full-width rows forever: capped at 256 rows, 64 KiB
+    result = parse_lines(huge, window=SEP_OCT_2024)
+    assert len(result.records["message"][0]) <= 64 * 2**10 and result.unknown == 5000 - 64
+    assert time.perf_counter() - started < 2.0
+
+
+def test_vllm_0_2_and_0_3_stats_lines():
+    """vllm-project/vllm#2595 (vLLM 0.2.x llm_engine.py:706, through Ray's actor prefix) and #3094
+    (vLLM 0.3.x metrics.py:161): "Swapped"/"Pending", GPU and CPU KV cache usage."""
+    window = Window(datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 3, 31, tzinfo=UTC))
+    result = read_logs(DATA / "vllm_stats_v0_2_v0_3.log", window=window)
+    assert result.records["kind"].to_list() == ["vllm_stats"] * 3
+    assert_stats(
+        stats_rows(result),
+        [
+            (t(11, 26, 58, day=25, month=1, year=2024), "0", 0.0, 77.3, 1, 0, 0.002, None, None),
+            (t(11, 27, 3, day=25, month=1, year=2024), "0", 0.0, 77.3, 1, 0, 0.003, None, None),
+            (t(21, 48, 18, day=28, month=2, year=2024), "0", 0.0, 44.9, 2, 3, 0.821, None, None),
+        ],
+    )
+
+
+def test_v0_cpu_prefix_cache_hit_rate_is_not_the_gpu_one_vllm_pr_18674():
+    """vllm-project/vllm#18674: V0 on a CPU build logs "Prefix cache hit rate: GPU: 0.00%, CPU: 90.00%"."""
+    window = Window(datetime(2025, 5, 1, tzinfo=UTC), datetime(2025, 5, 31, tzinfo=UTC))
+    result = read_logs(DATA / "vllm_v0_prefix_cpu_pr18674.log", window=window)
+    assert result.stats["prefix_cache_hit_frac"].to_list() == [0.0, 0.0]
+    assert result.stats["kv_cache_usage_frac"].to_list() == [0.0, 0.0]  # GPU 0.0 %, not CPU's 0.1 %
+
+
+def test_a_cpu_prefix_cache_hit_rate_on_the_stats_line_is_not_read_as_the_gpu_one():
+    # hand-written (no upstream line found that names both on one line): the word before "prefix cache
+    # hit rate" says whose cache it is; a CPU (offload) or external cache is never the engine's own.
+    # The reader before this fix took "CPU Prefix cache hit rate: 90.0%" for the GPU figure.
+    tail = (
+        "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 5.0%, "
+    )
+    lines = [
+        f"INFO 11-30 00:00:01 [loggers.py:1] {tail}CPU Prefix cache hit rate: 90.0%, Prefix cache hit rate: 12.5%",
+        f"INFO 11-30 00:00:02 [loggers.py:1] {tail}GPU prefix cache hit rate: 12.5%, CPU prefix cache hit rate: 90.0%",
+        f"INFO 11-30 00:00:03 [loggers.py:1] {tail}CPU Prefix cache hit rate: 90.0%",
+        f"INFO 11-30 00:00:04 [loggers.py:1] {tail}External prefix cache hit rate: 50.0%, Prefix cache hit rate: 7.0%",
+    ]
+    assert parse_lines(lines, window=NOV30).stats["prefix_cache_hit_frac"].to_list() == [
+        0.125,
+        0.125,
+        None,
+        0.07,
+    ]
+
+
+def test_watchdog_time_after_pid_rank_and_ray_prefixes():
+    """hiyouga/LlamaFactory#7396 pasted torch watchdog lines behind a "[pid] [rankN]:" prefix; their
+    c10 stamps ("E321": 21 March) are the records' times, not a time carried from elsewhere."""
+    window = Window(datetime(2025, 3, 1, tzinfo=UTC), datetime(2025, 3, 31, tzinfo=UTC))
+    result = read_logs(DATA / "train_pid_prefixed_issue7396.log", window=window)
+    assert [r[:4] for r in rows(result)] == [
+        (t(2, 7, 8, 408, day=21, month=3, year=2025), 1, "nccl_timeout", "ERROR"),
+        (t(2, 7, 8, 414, day=21, month=3, year=2025), 2, "nccl_timeout", "ERROR"),
+    ]
+    assert result.unknown == 2
+    # verl-project/verl#1309's line without its log collector's "[2025-05-10 00:18:21] " stamp (so the
+    # c10 stamp after Ray's "(WorkerDict pid=.., ip=..)" prefix is the only one), and indented
+    ray = (
+        "(WorkerDict pid=1230, ip=train-1316148307689748608-9zzm714v3bpc-worker-0) [rank15]:[E510 "
+        "00:18:19.328053719 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800041 "
+        "milliseconds before timing out."
+    )
+    may = Window(datetime(2025, 5, 1, tzinfo=UTC), datetime(2025, 5, 31, tzinfo=UTC))
+    got = parse_lines([ray, "    " + ray.replace("00:18:19", "00:18:20")], window=may)
+    assert got.records["ts"].to_list() == [
+        t(0, 18, 19, 328, day=10, month=5, year=2025),
+        t(0, 18, 20, 328, day=10, month=5, year=2025),
+    ]
+
+
+def test_gpu_fallen_off_the_bus_without_an_xid_nvsentinel_issue_155():
+    """NVIDIA/NVSentinel#155: the driver's three-line "fallen off the bus" message (dmesg), no Xid."""
+    result = read_logs(DATA / "kern_fallen_off_bus_issue155.log", window=NOV30)
+    assert [r[1:4] for r in rows(result)] == [(3, "xid", "ERROR")]
+    assert result.records["ts"].to_list() == [None]  # dmesg's time since boot, nothing before it
+    assert result.unknown == 4
+
+
+def test_launch_lines_give_vllms_flags():
+    """vllm-project/vllm#5176's server command line as a launcher echoes it, and the args line of the k8s
+    Deployment in vLLM's docs/deployment/k8s.md ("_" spellings of a flag are vLLM's too)."""
+    launch = read_logs(DATA / "vllm_launch_issue5176.log", window=NOV30)
+    assert [r[2] for r in rows(launch)] == ["vllm_launch"]
+    assert engine_config_from_logs(launch.records) == {"gpu_memory_utilization": 0.8, "prefix_caching": True}
+    k8s = read_logs(DATA / "k8s_deployment_vllm_docs.yaml", window=NOV30)
+    assert (k8s.records["line"].to_list(), k8s.unknown) == ([6], 6)  # the image line sets no flag
+    assert engine_config_from_logs(k8s.records) == {"chunked_prefill": True, "max_num_batched_tokens": 1024}
+
+
+def test_launch_lines_are_not_confused_with_vllms_own_lines():
+    """vLLM's own start-up lines after the launcher's echo win for a key both give; a later start
+    (launcher line, then vLLM's lines) replaces the earlier one; argparse's usage text is no launch."""
+    echo = (DATA / "vllm_launch_issue5176.log").read_text().strip()
+    own = (
+        "INFO 11-30 00:01:00 [utils.py:326] non-default args: {'model': 'TheBloke/Mistral-7B-Instruct-v0.2-AWQ', "
+        "'gpu_memory_utilization': 0.85, 'max_num_seqs': 64}"
+    )
+    first = parse_lines(
+        [echo, "INFO 11-30 00:01:00 [api_server.py:1] vLLM API server version 0.8.5", own], window=NOV30
+    )
+    assert [r[2] for r in rows(first)] == ["vllm_launch", "vllm", "vllm"]
+    assert engine_config(first.records, None, NOV30) == {
+        "max_num_seqs": {"value": 64, "source": "log line <lines>:3"},
+        "gpu_memory_utilization": {"value": 0.85, "source": "log line <lines>:3"},  # vLLM's own line wins
+        "prefix_caching": {"value": True, "source": "log line <lines>:1"},  # only the launcher said it
+    }
+    restart = [
+        echo,
+        own,
+        "INFO 11-30 01:00:00 [x.py:1] shutting down",
+        echo.replace(" --enable-prefix-caching", ""),
+    ]
+    assert engine_config_from_logs(parse_lines(restart, window=NOV30).records) == {
+        "gpu_memory_utilization": 0.8
+    }
+    usage = "usage: api_server.py [-h] [--gpu-memory-utilization GPU_MEMORY_UTILIZATION] [--max-num-seqs MAX_NUM_SEQS]"
+    assert (
+        parse_lines([usage, "  --enable-prefix-caching, --no-enable-prefix-caching"], window=NOV30).unknown
+        == 2
+    )

@@ -1,7 +1,9 @@
-"""LokiClient on recorded answers (hand-written in Loki's documented format, see data/loki/README.md).
+"""LokiClient on Loki answers served by a fake session that checks every request (path, query,
+start/end in ns, limit, direction, tenant header); see data/loki/README.md for each answer's origin.
 
-No Loki server is installable here: a fake session serves the recorded pages and checks every
-request (path, query, start/end in ns, limit, direction, tenant header).
+No Loki server is installable here. Most answers are hand-written (synthetic) in Loki's documented
+format (:func:`handwritten`); two are the example answers Loki's own HTTP API reference prints
+(:func:`from_loki_docs`), recorded as published.
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ VLLM = '{job="vllm"}'
 TRAIN = '{job="train"}'
 
 
-def recorded(name: str) -> requests.Response:
+def handwritten(name: str) -> requests.Response:
+    """A hand-written (synthetic) answer from data/loki/, served with HTTP 200."""
+    return response(200, (DATA / name).read_bytes())
+
+
+def from_loki_docs(name: str) -> requests.Response:
+    """An answer recorded from Loki's docs (data/loki/README.md names the page and commit)."""
     return response(200, (DATA / name).read_bytes())
 
 
@@ -88,7 +96,7 @@ PAGES = ["query_range_page1.json", "query_range_page2.json", "query_range_page3.
 
 
 def test_query_range_pages_from_the_last_timestamp_and_drops_repeats():
-    loki, session, sleeps = client([recorded(p) for p in PAGES], tenant="team-a")
+    loki, session, sleeps = client([handwritten(p) for p in PAGES], tenant="team-a")
     entries = loki.query_range(QUERY, WINDOW)
 
     assert [c["url"] for c in session.calls] == [URL + PATH] * 3
@@ -115,7 +123,7 @@ def test_query_range_pages_from_the_last_timestamp_and_drops_repeats():
 
 
 def test_query_range_stops_after_a_short_page():
-    loki, session, _ = client([recorded("query_range_page1.json")], limit=5)
+    loki, session, _ = client([handwritten("query_range_page1.json")], limit=5)
     entries = loki.query_range(QUERY, WINDOW)
     assert len(entries) == 4
     assert [c["params"] for c in session.calls] == [params(START_NS, limit=5)]
@@ -158,11 +166,11 @@ def test_query_range_steps_past_a_timestamp_shared_by_more_than_limit_entries():
 
 
 def test_empty_result():
-    loki, session, _ = client([recorded("query_range_empty.json")])
+    loki, session, _ = client([handwritten("query_range_empty.json")])
     assert loki.query_range(QUERY, WINDOW) == []
     assert len(session.calls) == 1
 
-    loki, _, _ = client([recorded("query_range_empty.json")])
+    loki, _, _ = client([handwritten("query_range_empty.json")])
     result = loki.read(QUERY, WINDOW)
     assert result.records.height == 0 and result.stats.height == 0
     assert result.unknown == 0 and result.files == []
@@ -172,7 +180,7 @@ def test_empty_result():
 
 
 def test_read_parses_each_stream_like_a_log_file():
-    loki, _, _ = client([recorded(p) for p in PAGES])
+    loki, _, _ = client([handwritten(p) for p in PAGES])
     result = loki.read(QUERY, WINDOW)
 
     assert result.files == [TRAIN, VLLM]
@@ -282,7 +290,7 @@ def test_retries_429_and_5xx_then_succeeds():
     answers = [
         response(429, "too many outstanding requests"),
         response(502, ""),
-        recorded("query_range_empty.json"),
+        handwritten("query_range_empty.json"),
     ]
     loki, session, sleeps = client(answers, backoff_s=0.5)
     assert loki.query_range(QUERY, WINDOW) == []
@@ -301,7 +309,7 @@ def test_5xx_forever_names_url_status_and_attempts():
 
 
 def test_status_error_answer():
-    loki, _, sleeps = client([recorded("query_range_error.json")])
+    loki, _, sleeps = client([handwritten("query_range_error.json")])
     with pytest.raises(SourceError, match=r"HTTP 200: bad_data parse error at line 1, col 8") as info:
         loki.query_range("{job=vllm}", WINDOW)
     assert URL + PATH in str(info.value)
@@ -333,6 +341,36 @@ def test_malformed_streams_and_metric_answers():
     loki, _, _ = client([response(200, matrix)])
     with pytest.raises(SourceError, match="metric query"):
         loki.query_range("rate({job='vllm'}[1m])", WINDOW)
+
+
+# -- the example answers of Loki's HTTP API reference ----------------------------------------------
+
+DOCS_WINDOW = Window("2019-09-23T19:21:00Z", "2019-09-23T19:22:00Z")
+
+
+def test_the_docs_streams_answer_of_query_range():
+    """grafana/loki docs/sources/reference/loki-http-api.md: `curl .../query_range --data-urlencode
+    'query={job="varlogs"}'` "gave this response" (direction backward by default: newest first)."""
+    loki, session, _ = client([from_loki_docs("query_range_docs_streams.json")], limit=100)
+    entries = loki.query_range('{job="varlogs"}', DOCS_WINDOW)
+    labels = {"filename": "/var/log/myproject.log", "job": "varlogs", "level": "info"}
+    assert entries == [
+        (ts("2019-09-23T19:21:32.548155"), labels, "bar"),  # 1569266492548155000 ns
+        (ts("2019-09-23T19:21:37.240578"), labels, "foo"),
+    ]
+    assert len(session.calls) == 1  # 2 entries under the limit of 100: no second page
+
+    loki, _, _ = client([from_loki_docs("query_range_docs_streams.json")], limit=100)
+    result = loki.read('{job="varlogs"}', DOCS_WINDOW)
+    assert (result.records.height, result.unknown, result.files) == (0, 2, ['{job="varlogs"}'])
+
+
+def test_the_docs_matrix_answer_is_refused_as_a_metric_query():
+    """The same page's `sum(rate({job="varlogs"}[10m])) by (level)` example answer: a matrix, not log lines."""
+    loki, _, _ = client([from_loki_docs("query_range_docs_matrix.json")], limit=100)
+    with pytest.raises(SourceError, match="metric query") as info:
+        loki.query_range('sum(rate({job="varlogs"}[10m])) by (level)', DOCS_WINDOW)
+    assert URL + PATH in str(info.value)
 
 
 def test_connection_refused():

@@ -94,7 +94,8 @@ def test_missing_eof_and_missing_timestamp(tmp_path):
         read_file(p)
 
 
-def test_real_vllm_exposition_without_timestamps():
+def test_synthetic_vllm_exposition_without_timestamps():
+    """vLLM 0.33.0's metric names, HELP, types, labels and buckets; the values are invented (its header)."""
     path = DATA / "vllm_metrics_synthetic_v0.33.0.txt"
     store = read_file(path, default_ts=T0)
     assert "vllm:kv_cache_usage_perc" in store
@@ -103,3 +104,30 @@ def test_real_vllm_exposition_without_timestamps():
     assert ttft.filter(pl.col("le") == "+Inf")["value"].item() == 200.0
     assert store.types["vllm:generation_tokens_total"] == "counter"
     assert ttft["ts"].unique().to_list() == [T0]
+
+
+def test_vllm_exposition_printed_in_vllms_docs():
+    """The `curl /metrics` example output of vLLM's docs/design/metrics.md (tests/data/SOURCE.md): values
+    as printed there, no timestamps, a histogram without its +Inf bucket and _sum (the doc prints none)."""
+    store = read_file(DATA / "vllm_metrics_docs_example.txt", default_ts=T0)
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    assert store.types == {
+        "vllm:num_requests_running": "gauge",
+        "vllm:generation_tokens_total": "counter",
+        "vllm:request_success_total": "counter",
+        "vllm:time_to_first_token_seconds_bucket": "histogram",
+        "vllm:time_to_first_token_seconds_count": "histogram",
+    }
+    assert store.frames["vllm:num_requests_running"].select("model_name", "value").rows() == [(model, 8.0)]
+    assert store.frames["vllm:generation_tokens_total"]["value"].to_list() == [27453.0]
+    success = store.frames["vllm:request_success_total"]
+    assert dict(success.select("finished_reason", "value").rows()) == {
+        "stop": 1.0,
+        "length": 131.0,
+        "abort": 0.0,
+    }
+    ttft = store.frames["vllm:time_to_first_token_seconds_bucket"]
+    by_le = dict(ttft.select("le", "value").rows())
+    assert (by_le["0.02"], by_le["0.04"], by_le["0.1"], len(by_le)) == (13.0, 97.0, 140.0, 8)
+    assert store.frames["vllm:time_to_first_token_seconds_count"]["value"].to_list() == [140.0]
+    assert {t for f in store.frames.values() for t in f["ts"].to_list()} == {T0}
