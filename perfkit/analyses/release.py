@@ -37,6 +37,14 @@ PRE_DEPLOY_DRIFT = 0.2
 it: the shift at the deploy continues an incident in progress and is not the deploy's. 20 % is the
 change-point detector's own floor for a real change (``changepoints.MIN_REL_CHANGE``)."""
 
+PERSIST_SHARE = 0.5
+"""A shift counts for a deploy only while at least half of it is still there in the incident window:
+the series' median from the shift (or the window's start) to the window's end, against its baseline
+level, over how far the shift took it from that level. A regression that persists keeps about all of
+it (1.0); a deploy rolled back before the window, whose series came back to baseline, keeps about none
+(0.0) and explains nothing in the window. Minute medians wander by a few percent of a level, against
+a shift of at least ``MIN_REL_CHANGE`` (20 %)."""
+
 #: series watched for shifts: (name, signal, kind, quantile or None, degrading direction +1 up / -1 down)
 WATCHED: tuple[tuple[str, str, str, float | None, int], ...] = (
     ("TTFT p50", "ttft", "quantile", 0.5, +1),
@@ -82,11 +90,18 @@ class Shift:
     #: how much worse than its baseline level the series already was before the shift (0.3: 30 %)
     drift_before: float | None = None
     score: float | None = None  # the change point's standardised size (changepoints.SHIFT_SCORE is its floor)
+    #: the share of the shift still there in the incident window (1: all of it, 0: back at baseline)
+    persisted: float | None = None
 
     @property
     def from_baseline(self) -> bool:
         """The series left its baseline level here (not already degraded before the shift)."""
         return self.drift_before is None or self.drift_before < PRE_DEPLOY_DRIFT
+
+    @property
+    def persists(self) -> bool:
+        """At least half the shift is still there in the incident window (:data:`PERSIST_SHARE`)."""
+        return self.persisted is None or self.persisted >= PERSIST_SHARE
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +115,7 @@ class Shift:
             "nearby": self.nearby,
             "drift_before": None if self.drift_before is None else round(self.drift_before, 4),
             "score": None if self.score is None else round(self.score, 2),
+            "persisted": None if self.persisted is None else round(self.persisted, 3),
         }
 
 
@@ -173,6 +189,22 @@ def _level(frame: pl.DataFrame, w: Window) -> float | None:
     return float(np.median(inside)) if inside.size else None
 
 
+def _persisted(
+    frame: pl.DataFrame, ts: datetime, after: float, base: float | None, window: Window, direction: int
+) -> float | None:
+    """The share of a shift (to ``after``, from ``base``) still there over [max(ts, window start),
+    window end]: 1 all of it, 0 back at baseline (:data:`PERSIST_SHARE`). None when it cannot be said
+    (no baseline level, no degrading direction, no points, or a shift that ends after the window)."""
+    if ts > window.end:
+        return None
+    total = _drift(after, base, direction)
+    level = _level(frame, Window(max(ts, window.start), window.end))
+    now = _drift(level, base, direction) if level is not None else None
+    if total is None or now is None or total <= 0:
+        return None
+    return now / total
+
+
 def _drift(before: float, base: float | None, direction: int) -> float | None:
     """How much worse than ``base`` the level ``before`` is, in the degrading ``direction`` (0.3: 30 %
     worse); None when there is no baseline level or the series has no degrading direction."""
@@ -210,6 +242,7 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
             degrading = (direction > 0 and cp.rel_change > 0) or (direction < 0 and cp.rel_change < 0)
             shift = Shift(name, cp.ts, cp.before, cp.after, cp.rel_change, degrading, score=cp.score)
             shift.drift_before = _drift(cp.before, base_level, direction)
+            shift.persisted = _persisted(frame, cp.ts, cp.after, base_level, window, direction)
             # the deploy the shift starts at: at or before the change point, within tolerance
             best = None
             for e in suspects:
@@ -230,7 +263,7 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
     # A suspect needs degrading shifts starting at it, from the baseline level; rank by their total.
     scores: dict[str, tuple[float, dict[str, Any], list[str]]] = {}
     for sh in shifts:
-        if sh.degrading and sh.aligned_event and sh.from_baseline and sh.ts >= span.start:
+        if sh.degrading and sh.aligned_event and sh.from_baseline and sh.persists and sh.ts >= span.start:
             key = f"{sh.aligned_event['ts']}|{sh.aligned_event['version']}"
             total, ev, names = scores.get(key, (0.0, sh.aligned_event, []))
             scores[key] = (total + abs(float(np.log1p(sh.rel_change))), ev, [*names, sh.series])
@@ -241,7 +274,11 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
     cleared = []
     for e in suspects:
         hit = any(
-            sh.aligned_event and sh.aligned_event["ts"] == iso(e["ts"]) and sh.degrading and sh.from_baseline
+            sh.aligned_event
+            and sh.aligned_event["ts"] == iso(e["ts"])
+            and sh.degrading
+            and sh.from_baseline
+            and sh.persists
             for sh in shifts
         )
         if not hit and span.start <= e["ts"] <= span.end:

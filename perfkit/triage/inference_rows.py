@@ -424,12 +424,14 @@ def verify_load(ev: Evidence) -> Verification:
 
 
 def _shift_test(x: Shift) -> Test:
-    """A degrading shift that starts at a deploy counts for it when it is a real change point and
-    the series was still at its baseline level (release.py decides this; recorded here as cuts)."""
+    """A degrading shift that starts at a deploy counts for it when it is a real change point, the
+    series was still at its baseline level and the shift is still there in the window (release.py
+    decides this; recorded here as cuts)."""
     return all_of(
         at_least(x.score, "SHIFT_SCORE"),
         at_least(abs(x.rel_change), "MIN_REL_CHANGE"),
         below(x.drift_before, "PRE_DEPLOY_DRIFT") if x.drift_before is not None else Test(True),
+        at_least(x.persisted, "PERSIST_SHARE") if x.persisted is not None else Test(True),
     )
 
 

@@ -32,6 +32,7 @@ from perfkit.analyses.release import ALIGN_AFTER_STEPS as ALIGN_AFTER_STEPS
 from perfkit.analyses.release import ALIGN_BEFORE_STEPS as ALIGN_BEFORE_STEPS
 from perfkit.analyses.release import ALIGN_MIN_S as ALIGN_MIN_S
 from perfkit.analyses.release import MIN_STEP_S as MIN_STEP_S
+from perfkit.analyses.release import PERSIST_SHARE as PERSIST_SHARE
 from perfkit.analyses.release import PRE_DEPLOY_DRIFT as PRE_DEPLOY_DRIFT
 
 # decode roofline (analyses/roofline.py), in the decode-efficiency row's why only (no verdict hangs on it)

@@ -174,6 +174,23 @@ def test_a_deploy_is_not_blamed_for_a_degradation_that_started_before_it():
     assert rel.suspect is not None and rel.suspect["version"] == "v2"
 
 
+def test_a_deploy_rolled_back_before_the_window_explains_nothing_in_it():
+    """Issue 27: after a rollback, a healthy window was blamed on the release the rollback undid.
+    The step time doubled at the deploy (minute 30) and came back at the rollback (minute 60), before
+    the window (65-110) opens: it holds none of the shift, and the deploy is no suspect. Kept, it is."""
+    base, window = (
+        Window(T0, T0 + timedelta(minutes=25)),
+        Window(T0 + timedelta(minutes=65), T0 + timedelta(minutes=110)),
+    )
+    reverted = correlate(step_time_engine([(0, 1.0), (30, 2.0), (60, 1.0)]), window, base, deploy_at(30))
+    at_deploy = [s for s in reverted.shifts if s.aligned_event and s.degrading]
+    assert at_deploy and all(s.persisted is not None and s.persisted < 0.1 for s in at_deploy)
+    assert reverted.suspect is None
+    kept = correlate(step_time_engine([(0, 1.0), (30, 2.0)]), window, base, deploy_at(30))
+    assert kept.suspect is not None and kept.suspect["version"] == "v2"
+    assert all(s.persisted > 0.9 for s in kept.shifts if s.aligned_event and s.degrading)
+
+
 def shift(series: str, ts: str) -> SimpleNamespace:
     aligned = {"ts": ts, "kind": "deploy", "version": "v5.1.3", "detail": "router log level"}
     return SimpleNamespace(
