@@ -26,6 +26,10 @@ GUIDELLM_03 = DATA / "guidellm_0.3.0_benchmarks_stripped.json"
 AIPERF_JSON = DATA / "aiperf_0.1.1_profile_export_aiperf.json"
 AIPERF_CSV = DATA / "aiperf_0.1.1_profile_export_aiperf.csv"
 AIPERF_08 = DATA / "aiperf_0.8.0_profile_export_aiperf_trimmed.json"
+VLLM_MTP = DATA / "vllm_bench_serving_inferencex_qwen35_mtp_conc64.json"
+VLLM_DISAGG = DATA / "vllm_bench_serving_inferencex_gptoss_disagg_conc4.json"
+GENAI_PERF_CSV = DATA / "genai_perf_cloudai_doc_profile_export_genai_perf.csv"
+GENAI_PERF_002 = DATA / "genai_perf_0.0.2dev_profile_export_genai_perf.csv"
 REAL = {
     IP_STAGE: "inference-perf",
     IP_SUMMARY: "inference-perf",
@@ -33,6 +37,9 @@ REAL = {
     AIPERF_JSON: "aiperf",
     AIPERF_CSV: "aiperf",
     AIPERF_08: "aiperf",
+    VLLM_MTP: "vllm",
+    VLLM_DISAGG: "vllm",
+    GENAI_PERF_CSV: "aiperf",
 }
 
 
@@ -302,7 +309,10 @@ def test_aiperf_export_derives_one_of_count_and_duration_and_refuses_without_bot
     assert doc["duration"] == pytest.approx(64 / raw["request_throughput"]["avg"])
     assert "request_count / request_throughput" in notes(doc)
     del raw["request_count"]
-    with pytest.raises(ForeignResultError, match=r"^a\.json: request_count: no request_count, and neither"):
+    with pytest.raises(
+        ForeignResultError,
+        match=r"^a\.json: request_count: no request_count, and no benchmark_duration to derive",
+    ):
         convert(raw, "a.json")
 
 
@@ -347,3 +357,103 @@ def test_a_broken_csv_names_the_line():
 )  # fmt: skip
 def test_aiperf_error_summary_entries_become_kinds(code, kind, expected):
     assert error_kind(code, kind) == expected
+
+
+# --- vLLM benchmarks/benchmark_serving.py --save-result, as vendored by InferenceX ------------------
+
+
+def test_vllm_benchmark_serving_result_carries_the_tools_figures_as_stated():
+    raw = load(VLLM_DISAGG)
+    assert "failed" not in raw and "request_goodput:" in raw  # benchmark_serving.py's keys
+    doc = read_foreign(VLLM_DISAGG)
+    assert (
+        (doc["completed"], doc["failed"])
+        == (raw["completed"], raw["num_prompts"] - raw["completed"])
+        == (40, 0)
+    )
+    assert "failed: num_prompts - completed" in notes(doc)
+    assert doc["duration"] == raw["duration"] == 89.19548447802663
+    assert doc["request_throughput"] == raw["request_throughput"] == pytest.approx(40 / raw["duration"])
+    for key in ("output_throughput", "total_token_throughput", "total_input_tokens", "total_output_tokens"):
+        assert doc[key] == raw[key], key
+    for m in ("ttft", "tpot", "itl", "e2el"):  # --percentile-metrics ttft,tpot,itl,e2el
+        assert [doc[f"{s}_{m}_ms"] for s in ("mean", "median", "std", "p99")] == [
+            raw[f"{s}_{m}_ms"] for s in ("mean", "median", "std", "p99")
+        ], m
+        # --metric-percentiles 90,99,99.9: no p95 in the file, none in the document
+        by_q = doc["percentiles"]["itl_chunk_ms" if m == "itl" else f"{m}_ms"]
+        assert (by_q["90"], by_q["99.9"], by_q["95"]) == (raw[f"p90_{m}_ms"], raw[f"p99.9_{m}_ms"], None), m
+    # chunk gaps equal TPOT (8.387 ms both): one token per chunk, so the gaps are the token ITL too
+    assert raw["mean_itl_ms"] / raw["mean_tpot_ms"] == pytest.approx(1.0, abs=0.001)
+    assert doc["percentiles"]["itl_ms"]["99.9"] == raw["p99.9_itl_ms"]
+    load_ = doc["load"]
+    assert (load_["shape"], load_["concurrency"], load_["num_requests"], load_["endpoint"]) == (
+        "concurrency",
+        raw["max_concurrency"],
+        raw["num_prompts"],
+        "completions",  # --backend openai: /v1/completions
+    )
+    assert doc["meta"]["model"] == raw["model_id"] and doc["meta"]["started"] is None
+    assert doc["request_goodput"] is None and doc["goodput"] is None  # "request_goodput:": null
+
+
+def test_vllm_benchmark_serving_with_speculative_decoding_keeps_chunk_gaps_apart_from_token_itl():
+    raw = load(VLLM_MTP)
+    doc = read_foreign(VLLM_MTP)
+    assert (doc["completed"], doc["failed"], doc["duration"]) == (640, 0, raw["duration"])
+    assert doc["total_input_tokens"] == raw["total_input_tokens"] == sum(raw["input_lens"]) == 4729077
+    assert doc["total_output_tokens"] == raw["total_output_tokens"] == sum(raw["output_lens"]) == 588102
+    assert doc["mean_tpot_ms"] == raw["mean_tpot_ms"] == 32.20908514635708
+    # MTP drafts several tokens per step: the chunk gaps are 2.88 x TPOT, so they are no token ITL
+    assert doc["percentiles"]["itl_chunk_ms"]["99"] == raw["p99_itl_ms"]
+    assert doc["mean_itl_ms"] is None and doc["percentiles"]["itl_ms"]["50"] is None
+    assert "chunks hold several tokens (mean ITL / TPOT = 2.88)" in notes(doc)
+    # this copy of benchmark_serving.py writes the start as time.time(): a UTC instant
+    started = datetime.fromtimestamp(raw["benchmark_start_time_unix"], UTC)
+    assert (
+        doc["meta"]["started"] == started.isoformat().replace("+00:00", "Z") == "2026-08-06T13:23:14.990249Z"
+    )
+    assert raw["benchmark_end_time_unix"] - raw["benchmark_start_time_unix"] == pytest.approx(doc["duration"])
+
+
+# --- genai-perf CSV export ----------------------------------------------------------------------------
+
+
+def test_genai_perf_csv_numbers_grouped_by_thousands_are_read_as_stated():
+    text = GENAI_PERF_CSV.read_text(encoding="utf-8")
+    assert '"1,146.31"' in text  # genai-perf's f"{value:,.2f}": what made perfkit refuse these files
+    doc = read_foreign(GENAI_PERF_CSV)
+    # Time To First Token (ms),"1,146.31",249.48,"3,485.23","3,457.97","3,349.56","3,215.06",...,640.07
+    assert (doc["mean_ttft_ms"], doc["median_ttft_ms"], doc["p99_ttft_ms"]) == (1146.31, 640.07, 3457.97)
+    assert (doc["percentiles"]["ttft_ms"]["95"], doc["percentiles"]["ttft_ms"]["90"]) == (3349.56, 3215.06)
+    # Request Latency (ms),"6,406.20",...,p50 "5,690.23"; Inter Token Latency is the TPOT formula
+    assert (doc["mean_e2el_ms"], doc["median_e2el_ms"], doc["mean_tpot_ms"]) == (6406.20, 5690.23, 30.35)
+    # Metric,Value: Request Throughput (per sec),1.50; Request Count (count),40.00
+    assert (doc["completed"], doc["failed"], doc["request_throughput"]) == (40, 0, 1.50)
+    assert doc["output_throughput"] == 261.25
+    assert doc["duration"] == pytest.approx(40 / 1.50)
+    assert "request_count / request_throughput" in notes(doc)
+    # no totals in a genai-perf export: mean sequence length x count, said so
+    assert (doc["total_input_tokens"], doc["total_output_tokens"]) == (
+        round(3000.05 * 40),
+        round(174.45 * 40),
+    )
+    assert "total_output_tokens: the mean OSL x request_count" in notes(doc)
+    assert doc["mean_itl_ms"] is None  # genai-perf states no chunk gaps
+
+
+def test_genai_perf_0_0_2_csv_states_no_count_and_is_refused_naming_what_is_missing():
+    text = GENAI_PERF_002.read_text(encoding="utf-8")
+    assert "Time To First Token (ns)" in text and "Request Count" not in text
+    tags = read_csv(text, GENAI_PERF_002.name)
+    assert tags["time_to_first_token"] == {
+        "unit": "ns", "avg": 5964158.0, "min": 5360334.0, "max": 18392486.0, "p99": 6875790.0,
+        "p95": 6783848.0, "p90": 6688377.0, "p75": 6059403.0, "p50": 5806016.0, "p25": 5618224.0,
+    }  # fmt: skip
+    assert tags["request_throughput"] == {"unit": "per sec", "avg": 10.95}
+    with pytest.raises(ForeignResultError) as err:
+        read_foreign(GENAI_PERF_002)
+    assert str(err.value) == (
+        f"{GENAI_PERF_002}: request_count: no request_count, and no benchmark_duration to derive it from "
+        "(genai-perf named no count before its 'Request Count' row of December 2024)"
+    )

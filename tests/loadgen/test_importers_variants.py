@@ -1,7 +1,8 @@
-"""Variants of the tools' files, made from the hand-written samples (``synthetic_*``,
-tests/loadgen/data/SOURCES.md) by removing or changing what the variant lacks: vLLM results
-without ``completed`` or ``duration`` (forks and scripts that write vLLM's keys), a run where every
-request failed, the tool's stated figure against perfkit's recomputation."""
+"""Variants of the tools' files, made from the hand-written samples (``synthetic_*``) and the
+recorded ones (tests/loadgen/data/SOURCES.md) by removing or changing what the variant lacks: vLLM
+results without ``completed`` or ``duration`` (forks and scripts that write vLLM's keys), a run
+where every request failed, the tool's stated figure against perfkit's recomputation, a
+benchmark_serving.py result run with ``--goodput``, a CSV cell that is not genai-perf's grouping."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import pytest
 
 from perfkit.loadgen.importers import ForeignResultError, convert, detect
 from perfkit.loadgen.importers._common import keep_stated, skeleton
+from perfkit.loadgen.importers.aiperf import read_csv
 from perfkit.loadgen.result import check
 
 DATA = Path(__file__).parent / "data"
 VLLM = DATA / "synthetic_vllm_serve_concurrency16.json"
 VLLM_DETAILED = DATA / "synthetic_vllm_serve_detailed_chunked.json"
 GUIDELLM = DATA / "synthetic_guidellm_concurrent_sweep.json"
+VLLM_SERVING = DATA / "vllm_bench_serving_inferencex_gptoss_disagg_conc4.json"  # recorded
 
 
 def load(path: Path) -> dict:
@@ -122,3 +125,31 @@ def test_keep_stated_labels_a_figure_only_perfkit_computed_and_quietly_keeps_agr
     assert said == [
         "request_throughput: recomputed by perfkit (rps is not in the file)"
     ]  # 0.2 % apart: no note
+
+
+def test_benchmark_serving_goodput_under_its_key_with_a_colon_is_read():
+    raw = load(VLLM_SERVING)
+    raw["request_goodput:"] = 0.3363  # what --goodput would have written there (0.75 of 40 over 89.2 s)
+    doc = check(convert(raw, "v.json"), "v.json")
+    assert doc["request_goodput"] == 0.3363
+    assert doc["goodput"]["met"] == round(0.3363 * raw["duration"]) == 30
+    assert doc["goodput"]["attainment"] == pytest.approx(30 / 40)
+    assert "goodput: benchmark_serving.py's key 'request_goodput:' (with the colon)" in notes(doc)
+
+
+def test_a_start_time_that_is_no_unix_time_is_refused_naming_the_key():
+    raw = load(VLLM_SERVING)
+    raw["benchmark_start_time_unix"] = 1e300
+    with pytest.raises(ForeignResultError, match=r"^v\.json: benchmark_start_time_unix: not a Unix time \(1e\+300\)$"):  # fmt: skip
+        convert(raw, "v.json")
+
+
+@pytest.mark.parametrize("cell", ["1,5", "12,34.5", "1,2345.0", ",123"])
+def test_a_csv_cell_with_commas_other_than_thousands_groups_is_no_number(cell):
+    with pytest.raises(ForeignResultError, match=r"^x\.csv:2: Request Latency \(ms\): avg: not a number"):
+        read_csv(f'Metric,avg\nRequest Latency (ms),"{cell}"\n', "x.csv")
+
+
+def test_csv_thousands_groups_are_read_whole():
+    doc = read_csv('Metric,avg,p99\nRequest Latency (ms),"1,234,567.5","1,000"\n', "x.csv")
+    assert doc["request_latency"] == {"unit": "ms", "avg": 1234567.5, "p99": 1000.0}

@@ -4,7 +4,7 @@
 a guidellm sweep); :func:`convert_all` gives each benchmark; :func:`read_foreign` reads a file
 (bounded; vLLM's ``--append-result`` lines; inference-perf's ``config.yaml`` beside its report).
 One module per tool (``vllm``, ``guidellm``, ``inference_perf``, ``aiperf``: AIPerf's JSON and CSV
-exports and genai-perf's JSON); ``_common`` reads the foreign
+exports and genai-perf's JSON and CSV); ``_common`` reads the foreign
 document with the key path in every message. Errors: :class:`ForeignResultError` (a
 :class:`~perfkit.loadgen.result.ResultError`), one line ``file: key.path: what``.
 
@@ -28,11 +28,11 @@ AIPerf's and genai-perf's mapping is in :mod:`perfkit.loadgen.importers.aiperf`.
 | throughput | as written | ``requests_per_second`` etc. (``successful``, mean) | ``throughput`` (totals / run time) |
 | duration | ``duration``, else completed / ``request_throughput`` | ``duration`` | ``benchmark_time_seconds``, else successes / ``requests_per_sec`` (before 0.5) |
 | peak output tok/s | ``max_output_tokens_per_s`` counts chunks: kept at one token per chunk | - | - |
-| goodput | ``request_goodput`` (the SLOs are not saved) | ``slo_attainment`` x judged, SLOs from ``config.slo`` | ``goodput_metrics.good_requests``, SLOs from ``config.yaml`` |
+| goodput | ``request_goodput`` (benchmark_serving.py: ``request_goodput:``; the SLOs are not saved) | ``slo_attainment`` x judged, SLOs from ``config.slo`` | ``goodput_metrics.good_requests``, SLOs from ``config.yaml`` |
 | attainment | met / sent (vLLM judges completed requests) | met / sent (guidellm: over judged requests) | met / sent (inference-perf: over successes) |
 | errors | ``errors`` text classified (``--save-detailed``), else ``other`` | errored: ``other``; incomplete: ``cancelled`` | ``failures.by_label``: HTTP code, ``Timeout``, ``Connection Error`` |
 | load | ``request_rate``, ``burstiness``, ``max_concurrency`` | ``config.strategy`` | ``load_summary`` (+ ``config.yaml``) |
-| model, labels | ``model_id``; ``--metadata`` keys | ``config.backend.model`` (0.2-0.4: ``worker.backend_model``); ``config.metadata.labels`` | ``config.yaml``: ``server.model_name`` |
+| model, labels, start | ``model_id``; ``--metadata`` keys; ``benchmark_start_time_unix`` where written | ``config.backend.model`` (0.2-0.4: ``worker.backend_model``); ``config.metadata.labels``; ``start_time`` | ``config.yaml``: ``server.model_name``; no start |
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ Three layouts, one set of tags (``aiperf/metrics/types/*.py``: ``tag``, ``header
 * AIPerf from 0.4 (``schema_version``) and genai-perf JSON: each ``<tag>`` at the top level,
   ``{unit, avg, p1 ... p99, min, max, std}``.
 * CSV: a table ``Metric,avg,min,...`` of ``Header (unit)`` rows, then ``Metric,Value`` rows.
+  genai-perf writes every figure as ``f"{value:,.2f}"`` (``exporter_utils.format_stat_value``):
+  ``"1,146.31"``, thousands grouped by commas; AIPerf writes plain numbers.
 
 The definitions (AIPerf's metric classes): ``request_count`` counts valid (completed) requests,
 ``error_request_count`` the failed ones; ``benchmark_duration`` is first request to last response
@@ -48,6 +50,8 @@ _HEADER = re.compile(r"(?P<name>[^()]+?)\s*\((?P<unit>[^()]*)\)")
 _KEY = re.compile(r"[^a-z0-9]+")
 _ENDPOINTS = {"chat": "chat", "completions": "completions"}
 _MARKERS = ("request_throughput", "request_latency", "time_to_first_token", "request_count")
+_GROUPED = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
+"""A number with its thousands grouped by commas (genai-perf's CSV): ``3,000.05``."""
 
 
 def is_aiperf(doc: dict[str, Any]) -> bool:
@@ -84,8 +88,9 @@ def read_csv(text: str, name: str) -> dict[str, Any]:
         tag, unit = tag_of(row[0])
         entry: dict[str, Any] = {"unit": unit}
         for col, cell in zip(columns, row[1:], strict=False):
+            text = cell.strip()
             try:
-                entry[col] = float(cell) if cell.strip() not in ("", "N/A") else None
+                entry[col] = None if text in ("", "N/A") else float(_ungrouped(text))
             except ValueError:
                 raise ForeignResultError(
                     f"{name}:{line_no}: {clean(row[0])[:60]}: {col}: not a number ({clean(cell)[:30]!r})"
@@ -94,6 +99,12 @@ def read_csv(text: str, name: str) -> dict[str, Any]:
     if not doc:
         raise ForeignResultError(f"{name}: no metric rows")
     return doc
+
+
+def _ungrouped(text: str) -> str:
+    """``"1,146.31"`` -> ``"1146.31"``; only whole groups of three digits after each comma, so a
+    decimal comma (``"1,5"``) stays unreadable rather than becoming fifteen."""
+    return text.replace(",", "") if _GROUPED.fullmatch(text) else text
 
 
 class _Metrics:
@@ -137,7 +148,7 @@ def convert_aiperf(root: Node, name: str) -> dict[str, Any]:
     failed = round(mx.value("error_request_count") or 0)
     sent = completed + failed
     doc.update(completed=completed, failed=failed, duration=duration)
-    isl, osl = mx.value("total_isl"), mx.value("total_osl")
+    isl, osl = (_total(mx, t, completed, notes) for t in ("isl", "osl"))
     doc.update(
         total_input_tokens=None if isl is None else round(isl),
         total_output_tokens=None if osl is None else round(osl),
@@ -170,6 +181,18 @@ def convert_aiperf(root: Node, name: str) -> dict[str, Any]:
     return finish(doc, sent, notes)
 
 
+def _total(mx: _Metrics, which: str, completed: int, notes: list[str]) -> float | None:
+    """``total_isl`` / ``total_osl``; genai-perf states none: its mean sequence length (over the
+    completed requests, like the count) times ``request_count``, said so."""
+    total = mx.value(f"total_{which}")
+    mean = mx.value(("input" if which == "isl" else "output") + "_sequence_length")
+    if total is not None or mean is None:
+        return total
+    key = "total_input_tokens" if which == "isl" else "total_output_tokens"
+    notes.append(f"{key}: the mean {which.upper()} x request_count (the export states no total)")
+    return mean * completed
+
+
 def _counts(root: Node, mx: _Metrics, notes: list[str]) -> tuple[int, float | None]:
     """Completed requests (``request_count``) and the duration (``benchmark_duration``, s); one of
     them may be derived from the other and ``request_throughput``; a count neither states nor
@@ -190,9 +213,12 @@ def _counts(root: Node, mx: _Metrics, notes: list[str]) -> tuple[int, float | No
         duration = count / rate
         notes.append("duration: request_count / request_throughput (the export has no benchmark_duration)")
     if count is None:
+        missing = " and ".join(
+            k for k, v in (("benchmark_duration", duration), ("request_throughput", rate)) if not v
+        )
         root.fail(
-            "no request_count, and neither benchmark_duration nor request_throughput to derive it "
-            "(genai-perf exports name no count: import AIPerf's export)",
+            f"no request_count, and no {missing} to derive it from "
+            "(genai-perf named no count before its 'Request Count' row of December 2024)",
             "request_count",
         )
     return round(count), duration
@@ -206,7 +232,9 @@ def _latency(mx: _Metrics, doc: dict[str, Any], notes: list[str]) -> None:
     put(doc, "tpot", tpot)
     put(doc, "e2el", mx.stats("request_latency"))
     if tpot[0] is not None:
-        notes.append("TPOT: AIPerf's inter_token_latency, (latency - TTFT) / (output tokens - 1) per request")
+        notes.append(
+            "TPOT: inter_token_latency (AIPerf, genai-perf), (latency - TTFT) / (output tokens - 1) per request"
+        )
     notes.append("E2EL: request_latency; percentiles p50 p90 p95 p99 as written (no p99.9)")
     if chunk[0] is None:
         return

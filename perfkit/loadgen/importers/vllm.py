@@ -1,11 +1,17 @@
 """``vllm bench serve --save-result`` (``vllm/benchmarks/serve.py``, ``main_async``): one flat
 object; with ``--save-detailed`` also per-request arrays (``ttfts``, ``itls``, ``output_lens`` ...,
-seconds). ``latencies`` and ``queue_times`` are written even without it."""
+seconds). ``latencies`` and ``queue_times`` are written even without it.
+
+The older ``benchmarks/benchmark_serving.py`` (and the copies vendored by other projects, e.g.
+SemiAnalysis InferenceX's ``utils/bench_serving``) writes the same keys, but no ``failed`` (taken
+from ``num_prompts``), its goodput under ``"request_goodput:"`` (with the colon), and some copies
+``benchmark_start_time_unix`` (the start as a Unix time: ``meta.started``)."""
 
 from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
@@ -91,6 +97,9 @@ def convert_vllm(root: Node, name: str) -> dict[str, Any]:
     elif stats["itl"][0] is not None:
         notes.append("ITL (token) and max_output_tokens_per_s left empty: vLLM's count chunks, not tokens")
     goodput = root.num("request_goodput")
+    if goodput is None and root.num("request_goodput:") is not None:
+        goodput = root.num("request_goodput:")
+        notes.append("goodput: benchmark_serving.py's key 'request_goodput:' (with the colon)")
     if goodput is not None and duration:
         met = round(goodput * duration)  # vLLM: requests meeting every SLO / duration
         doc["request_goodput"] = goodput
@@ -100,9 +109,22 @@ def convert_vllm(root: Node, name: str) -> dict[str, Any]:
     _load(root, doc, lengths, notes)
     doc["meta"]["model"] = root.text("model_id")
     doc["meta"]["labels"] = labels({k: v for k, v in root.v.items() if k not in _NOT_LABELS})
-    if root.text("date"):
-        notes.append(f"started: vLLM's date {root.text('date')} is local time without a zone; left empty")
+    _started(root, doc, notes)
     return finish(doc, sent, notes)
+
+
+def _started(root: Node, doc: dict[str, Any], notes: list[str]) -> None:
+    """``meta.started`` from ``benchmark_start_time_unix`` (``time.time()`` at the first request,
+    written by some copies of benchmark_serving.py); vLLM's ``date`` is local time without a zone."""
+    start = root.num("benchmark_start_time_unix")
+    if start:
+        try:
+            when = datetime.fromtimestamp(start, UTC)
+        except (OverflowError, OSError, ValueError):
+            root.fail(f"not a Unix time ({start:g})", "benchmark_start_time_unix")
+        doc["meta"]["started"] = when.isoformat().replace("+00:00", "Z")
+    elif root.text("date"):
+        notes.append(f"started: vLLM's date {root.text('date')} is local time without a zone; left empty")
 
 
 def _counts(root: Node, notes: list[str]) -> tuple[int, int, float | None]:
