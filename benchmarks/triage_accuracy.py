@@ -1,14 +1,17 @@
 """Triage accuracy: on every embedded scenario, and (issue 9) on the same stories told with other seeds,
 loose windows, shared fleets and restarts.
 
-    python benchmarks/triage_accuracy.py [SCENARIOS_DIR] [--seeds N] [--variants] [--jobs J] [--out DIR]
-                                         [--only NAME,NAME]
+    python benchmarks/triage_accuracy.py [SCENARIOS_DIR] [--seeds N [--seed-base B | --fixed-seeds]]
+                                         [--variants] [--jobs J] [--out DIR] [--only NAME,NAME]
 
 Without options it grades the embedded bundles (``data/scenarios``): top-1 accuracy, the confusion
 list, false confirmations on healthy controls, and the margin of every threshold cut the rows report.
 
-``--seeds N`` regenerates every scenario with N other seeds (derived from each spec's seed:
-:func:`perfkit.lab.sim.variants.other_seeds`); ``--variants`` adds the loose-window, shared-fleet and
+``--seeds N`` regenerates every scenario with N fresh seeds, drawn from ``--seed-base B`` (default:
+drawn at random and printed, so a failure can be re-run with the same ``--seed-base``): seeds nobody
+tuned a threshold on. ``--fixed-seeds`` uses the fixed rule instead (derived from each spec's seed:
+:func:`perfkit.lab.sim.variants.other_seeds`), the regression set earlier work was checked on.
+``--variants`` adds the loose-window, shared-fleet and
 restart variants of every scenario (:mod:`perfkit.lab.sim.variants`) on the same seeds (the
 scenario's own seed without ``--seeds``). Bundles go to ``--out`` (kept) or a temporary folder (each
 removed once graded). ``--jobs`` runs that many processes (an inference bundle takes ~5 s to simulate,
@@ -20,6 +23,9 @@ Targets (exit status 1 when one is missed):
 * with ``--seeds``/``--variants``: every scenario right on at least min(5, N) of its seeds, in the plain
   telling and in each variant;
 * no false confirmation on a healthy control, anywhere;
+* with ``--seeds``: the generated bundles' score at least 99 %, a false confirmation on a control
+  counting as two errors (a wrong page costs more than a missed one); printed with the plain
+  accuracy's 95 % Wilson interval;
 * no threshold cut behind a row verdict within 5 % of its cut-off on the embedded bundles (the rows
   report their cuts as ``cuts`` on Detection and Verification; without them the target cannot be shown).
 """
@@ -27,8 +33,11 @@ Targets (exit status 1 when one is missed):
 from __future__ import annotations
 
 import argparse
+import hashlib
+import math
 import multiprocessing
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -41,6 +50,36 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1] / "data" / "scenarios"
 MARGIN_FLAG = 0.05  # a cut decided within 5 % of its cut-off: another seed may fall the other way
 MIN_SEEDS_RIGHT = 5  # issue 9: every scenario right on >= 5 other seeds
+MIN_SCORE = 0.99  # issue 27: >= 99 % right on fresh seeds, false confirmations counted twice
+
+
+def fresh_seeds(base: int, scenario: str, n: int) -> list[int]:
+    """``n`` seeds for ``scenario`` drawn from ``base`` (distinct per scenario, never the fixed rule's)."""
+    out = []
+    for k in range(n):
+        digest = hashlib.sha256(f"perfkit-fresh:{base}:{scenario}:{k}".encode()).digest()
+        out.append(int.from_bytes(digest[:4], "big") % 2_000_000_000 + 1)
+    return out
+
+
+def wilson(right: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a proportion (right of total)."""
+    if total == 0:
+        return 0.0, 1.0
+    p = right / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def score(generated: list[Outcome]) -> tuple[float, int, int, int]:
+    """(score, right, total, errors): a wrong incident is one error, a false confirmation on a healthy
+    control two."""
+    wrong = sum(1 for o in generated if not o.control and not o.correct)
+    false = sum(1 for o in generated if o.control and o.false_confirmations)
+    total = len(generated)
+    errors = wrong + 2 * false
+    return (1 - errors / total if total else 0.0), total - wrong - false, total, errors
 
 
 @dataclass
@@ -248,7 +287,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "root", nargs="?", type=Path, default=ROOT, help="the embedded bundles (default data/scenarios)"
     )
-    p.add_argument("--seeds", type=int, default=0, help="N other seeds per scenario")
+    p.add_argument("--seeds", type=int, default=0, help="N fresh seeds per scenario")
+    p.add_argument(
+        "--seed-base",
+        type=int,
+        default=None,
+        help="draw the fresh seeds from this base (default: random, printed)",
+    )
+    p.add_argument(
+        "--fixed-seeds",
+        action="store_true",
+        help="the fixed rule's seeds (the regression set), not fresh ones",
+    )
     p.add_argument("--variants", action="store_true", help="loose-window, shared-fleet and restart variants")
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     p.add_argument(
@@ -260,6 +310,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--seeds wants 0..100")
     if args.jobs < 1 or args.jobs > 64:
         p.error("--jobs wants 1..64")
+    if args.seed_base is not None and (args.fixed_seeds or args.seed_base < 0):
+        p.error("--seed-base wants a number >= 0, and not with --fixed-seeds")
+    if args.seeds and not args.fixed_seeds and args.seed_base is None:
+        args.seed_base = secrets.randbelow(2**31)
     return args
 
 
@@ -270,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     from perfkit.lab.sim.variants import VARIANTS, other_seeds
 
     bases = base_specs()
+    if args.seeds and not args.fixed_seeds:
+        print(
+            f"fresh seeds from --seed-base {args.seed_base} (re-run with it to get the same bundles)",
+            flush=True,
+        )
     only = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in only if n not in bases]
     if unknown:
@@ -294,7 +353,12 @@ def main(argv: list[str] | None = None) -> int:
             if only and name not in only:
                 continue
             spec = factory()
-            seeds = other_seeds(spec.seed, args.seeds) if args.seeds else [spec.seed]
+            if not args.seeds:
+                seeds = [spec.seed]
+            elif args.fixed_seeds:
+                seeds = other_seeds(spec.seed, args.seeds)
+            else:
+                seeds = fresh_seeds(args.seed_base, name, args.seeds)
             inference = hasattr(spec, "service")
             for variant in columns:
                 cost = (3 if variant == "shared-fleet" else 2 if variant == "loose-window" else 1) * (
@@ -347,6 +411,19 @@ def main(argv: list[str] | None = None) -> int:
             "; ".join(close) if reported else "not measured: the rows report no cuts",
         ),
     ]
+    if args.seeds:
+        got, right, total, errors = score(generated)
+        low, high = wilson(right, total)
+        where = f"--seed-base {args.seed_base}" if not args.fixed_seeds else "--fixed-seeds"
+        print(
+            f"\n== score on {total} generated bundles ({where}): {got:.1%} "
+            f"({errors} errors, a false confirmation counting two); plain accuracy {right}/{total} "
+            f"= {right / max(1, total):.1%}, 95 % interval {low:.1%}-{high:.1%} =="
+        )
+        targets.insert(
+            1,
+            (f"score >= {MIN_SCORE:.0%} on the generated bundles ({where})", got >= MIN_SCORE, f"{got:.1%}"),
+        )
     if columns:
         targets.insert(
             1,
