@@ -59,16 +59,25 @@ def test_triage_json_contract():
         assert set(d) >= {"id", "rank", "score", "verdict", "symptom", "verification", "suspect_version"}
         assert (d["suspect_version"] is not None) == (d["id"] == "release_regression")
     assert doc["directions"][0]["suspect_version"] == "v2.4.0"
-    # training rows have no evidence in an inference bundle: inconclusive and listed, never confirmed
+    # training rows on a serving incident: in the JSON (the contract lists all nine) but marked as
+    # not applying, never confirmed, and the training series they lack are no gap in `missing`
     loss = next(d for d in doc["directions"] if d["id"] == "training_instability")
-    assert loss["verdict"] == "inconclusive"
-    assert any("train_loss" in m for m in doc["missing"])
+    assert loss["verdict"] == "inconclusive" and loss["applies"] is False and loss["about"] == "training"
+    assert not any("train_" in m for m in doc["missing"]), doc["missing"]
+    assert doc["directions"][0]["margin"]["margin"] >= 0.05  # a confirmation states its closest cut
 
 
 def test_triage_table_for_people():
     res = invoke("triage", "--bundle", str(SCENARIOS / "queueing-traffic-surge"))
-    assert res.exit_code == 0
-    assert "scheduler_queueing" in res.output and "confirmed" in res.output
+    assert res.exit_code == 0, res.output
+    # the table lists all nine directions whatever the answer: read its first data row (rank 1)
+    rows = [line for line in res.output.splitlines() if line.startswith("│") and line.split("│")[1].strip()]
+    cells = [c.strip() for c in rows[0].split("│")[1:-1]]
+    rank, direction, _symptom, fired, verdict = cells[:5]
+    assert (rank, direction, fired, verdict) == ("1", "scheduler_queueing", "yes", "confirmed"), rows[0]
+    # and no other direction is confirmed beside it
+    others = [[c.strip() for c in r.split("│")[1:-1]] for r in rows[1:]]
+    assert [c[1] for c in others if c[4] == "confirmed"] == [], res.output
 
 
 def test_malformed_metrics_line_names_file_and_line(scenario_copy):

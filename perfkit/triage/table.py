@@ -19,6 +19,7 @@ import polars as pl
 from perfkit.core.findings import jsonable
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
+from perfkit.triage.row_types import Cut
 from perfkit.triage.rows import EXPLAINS, ROWS, Detection, Row, Verification
 from perfkit.triage.workload_notes import about_rows
 
@@ -118,6 +119,7 @@ class TriageResult:
                     },
                     "next_step": r.row.next_step,
                     "explained_by": r.explained_by,
+                    "margin": _margin(r),
                     "applies": r.applies,
                     "about": ROW_WORKLOAD.get(r.row.direction, "any"),
                     "suspect_version": self.suspect_version
@@ -158,8 +160,35 @@ class TriageResult:
         )
 
 
+def _margin(r: RowResult) -> dict[str, Any] | None:
+    """The closest cut behind a row's outcome: its name and relative distance from its cut-off."""
+    close = closest_cut(r.detection, r.verification)
+    if close is None:
+        return None
+    return {"cut": close.name, "margin": None if close.margin == float("inf") else round(close.margin, 3)}
+
+
 def _order(row: Row) -> int:
     return [r.symptom for r in ROWS].index(row.symptom)
+
+
+def closest_cut(det: Detection, ver: Verification) -> Cut | None:
+    """The comparison the row's outcome came nearest to flipping on (None: it reports none)."""
+    cuts = [*det.cuts, *ver.cuts]
+    return min(cuts, key=lambda c: c.margin) if cuts else None
+
+
+def settled(det: Detection, ver: Verification) -> Verification:
+    """A confirmation decided by a cut within :data:`~perfkit.triage.thresholds.CONFIRM_MARGIN` of its
+    cut-off is leading, not confirmed: verdict ``inconclusive``, its text saying which cut and how close."""
+    close = closest_cut(det, ver)
+    if ver.verdict != "confirmed" or close is None or close.margin >= T.CONFIRM_MARGIN:
+        return ver
+    why = (
+        f"leading, not confirmed: {close.name} decided it {close.margin:.1%} from its cut-off "
+        f"({close.value:.4g} against {close.cutoff:.4g}); {ver.why}"
+    )
+    return Verification("inconclusive", why, {**ver.numbers, "leading": True}, ver.cuts)
 
 
 def run(ev: Evidence) -> TriageResult:
@@ -175,7 +204,7 @@ def run(ev: Evidence) -> TriageResult:
             if note not in missing:
                 missing.append(note)
         if det.detected:
-            ver = row.verify(ev)
+            ver = settled(det, row.verify(ev))
         elif det.missing:
             ver = Verification("inconclusive", f"cannot check: missing {', '.join(det.missing)}", {})
         else:

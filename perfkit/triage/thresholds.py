@@ -180,6 +180,12 @@ OOM_LINES = 0.5  # any CUDA out-of-memory line is the symptom (a count cut sits 
 
 # -- scoring -------------------------------------------------------------------------------
 VERDICT_WEIGHT = {"confirmed": 1.0, "inconclusive": 0.45, "ruled_out": 0.1}
+CONFIRM_MARGIN = 0.05
+"""A confirmation that hangs on a comparison within 5 % (relative) of its cut-off is *leading, not
+confirmed* (verdict ``inconclusive``, saying so): minute medians and ratios over a 20-40 minute window
+wander by a few percent from one telling of the same incident to the next (other seeds, a looser
+window), so such a case is one draw away from the other verdict. The embedded incidents all decide by
+more (tests/triage/test_scenario_library.py); benchmarks/triage_accuracy.py flags cuts this close."""
 EFFECT_DISCOUNT = 0.5  # a confirmed cause halves the score of the rows it explains
 
 
