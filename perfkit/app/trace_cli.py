@@ -1,21 +1,30 @@
 """``perfkit trace PATH``: the profiler-trace breakdown of one rank's file or a folder of ranks.
 
+PATH may also be a folder of phases (a bundle's ``traces/`` with ``baseline/`` and ``incident/``:
+each is analysed), a bundle folder (its ``traces/``) or the name of an embedded incident
+(``allreduce-scaling-64gpu``, resolved as ``perfkit scaling`` resolves it).
+
 ``--format json`` prints :meth:`perfkit.traces.analysis.TraceReport.as_dict` (percentages on a
-0-100 scale, times in µs); ``table`` (the default) prints it for people. ``--whole-trace`` turns
-off HTA's trimming to GPU work launched before the last ProfilerStep (docs/traces.md).
+0-100 scale, times in µs; for phases, ``{"phases": {name: report}}``); ``table`` (the default)
+prints it for people. ``--whole-trace`` turns off HTA's trimming to GPU work launched before the
+last ProfilerStep; ``--hta-compat`` types kernels exactly as HTA 0.5.0 (docs/traces.md).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from perfkit.errors import ConfigError
 
 
 def _finite(value: Any) -> Any:
@@ -61,12 +70,16 @@ def render_table(report: dict[str, Any], console: Console | None = None) -> None
         )
     console.print(t)
 
-    t = Table(title="Why the GPU waited (sum over streams) and how launches went")
+    t = Table(
+        title="Why the GPU was idle (no stream busy; the causes add up to idle %) and how launches went"
+    )
     for col in (
         "rank",
+        "GPU idle",
         "host wait",
         "kernel wait",
         "other",
+        "stream gaps (HTA)",
         "launches",
         "delay p50",
         "delay p95",
@@ -76,11 +89,15 @@ def render_table(report: dict[str, Any], console: Console | None = None) -> None
         t.add_column(col, justify="right")
     for r in report["ranks"]:
         idle, launch = r["idle_breakdown"], r["launch"]
+        cause = r.get("gpu_idle_by_cause") or {}
+        gaps = sum(idle[k] for k in ("host_wait_us", "kernel_wait_us", "other_us"))
         t.add_row(
             str(r["rank"]),
-            _ms(idle["host_wait_us"]),
-            _ms(idle["kernel_wait_us"]),
-            _ms(idle["other_us"]),
+            _ms(r["idle_us"]),
+            _ms(cause.get("host_wait_us")),
+            _ms(cause.get("kernel_wait_us")),
+            _ms(cause.get("other_us")),
+            _ms(gaps),
             str(launch["count"]),
             _fmt(launch["launch_delay_p50_us"], " µs", 0),
             _fmt(launch["launch_delay_p95_us"], " µs", 0),
@@ -88,6 +105,10 @@ def render_table(report: dict[str, Any], console: Console | None = None) -> None
             _fmt(r["dataloader_pct"], " %"),
         )
     console.print(t)
+    console.print(
+        "[dim]stream gaps (HTA): every stream's gaps summed (JSON idle_breakdown); a stream waiting while "
+        "another computes is a gap there, not GPU idle[/]"
+    )
 
     if report["kernel_types"]:
         t = Table(title="Kernel types, all ranks")
@@ -138,8 +159,33 @@ def render_table(report: dict[str, Any], console: Console | None = None) -> None
             console.print(f"note (rank {r['rank']}): {escape(note)}")
 
 
+def resolve_trace_path(text: str) -> Path:
+    """PATH as given when it exists (a bundle folder: its ``traces/``); else the name of an embedded
+    incident, resolved by :func:`perfkit.app.runbook.resolve_bundle` (what ``perfkit scaling``
+    opens bundles with), to its ``traces/``."""
+    p = Path(os.path.expanduser(text))
+    if not os.path.lexists(p):
+        from perfkit.app.runbook import resolve_bundle
+
+        found = resolve_bundle(text)
+        if not found.is_dir():
+            if len(p.parts) > 1 or p.suffix:
+                raise ConfigError(f"{text}: no such trace file or folder")
+            from perfkit.app.embedded import specs
+
+            raise ConfigError(
+                f"{text}: no such trace file or folder, nor an embedded incident (demo, {', '.join(specs())})"
+            )
+        p = found
+    if p.is_dir() and (p / "incident.yaml").is_file():
+        if not (p / "traces").is_dir():
+            raise ConfigError(f"{p}: the bundle carries no profiler traces (no traces/ folder)")
+        return p / "traces"
+    return p
+
+
 @click.command("trace")
-@click.argument("path", type=click.Path(exists=True, path_type=str))
+@click.argument("path", metavar="PATH")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option(
     "--whole-trace",
@@ -149,14 +195,29 @@ def render_table(report: dict[str, Any], console: Console | None = None) -> None
 @click.option(
     "--candidates", default=2, show_default=True, type=click.IntRange(1, 1024), help="Stragglers to name."
 )
-def trace(path: str, fmt: str, whole_trace: bool, candidates: int) -> None:
-    """Break down PyTorch profiler (Kineto) traces: PATH is one rank's .json/.json.gz or a folder
-    with one file per rank. Idle / compute / non-compute time, communication hidden under compute,
+@click.option(
+    "--hta-compat",
+    is_flag=True,
+    help="Type kernels exactly as HTA 0.5.0 (only ^nccl.*Kernel is communication): for parity with HTA.",
+)
+def trace(path: str, fmt: str, whole_trace: bool, candidates: int, hta_compat: bool) -> None:
+    """Break down PyTorch profiler (Kineto) traces: PATH is one rank's .json/.json.gz, a folder
+    with one file per rank, a folder of phases (baseline/, incident/), a bundle or an embedded
+    incident's name. Idle / compute / non-compute time, communication hidden under compute,
     idle causes, kernel types, launch delays, data-loader wait per step, stragglers."""
-    from perfkit.traces import analyze
+    from perfkit.traces import analyze_phases
 
-    report = _finite(analyze(path, whole_trace=whole_trace, num_candidates=candidates).as_dict())
+    if len(path) > 4096:
+        raise ConfigError(f"a path of {len(path)} characters, more than 4096: refused")
+    where = resolve_trace_path(path)
+    phases = analyze_phases(where, whole_trace=whole_trace, num_candidates=candidates, hta_compat=hta_compat)
+    reports = {name: _finite(r.as_dict()) for name, r in phases.items()}
     if fmt == "json":
-        click.echo(json.dumps(report, indent=1, allow_nan=False))
-    else:
-        render_table(report)
+        out = reports[""] if list(reports) == [""] else {"path": str(where), "phases": reports}
+        click.echo(json.dumps(out, indent=1, allow_nan=False))
+        return
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    for name, report in reports.items():
+        if name:
+            console.rule(f"phase {escape(name)}/")
+        render_table(report, console)

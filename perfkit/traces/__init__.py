@@ -10,6 +10,7 @@ from perfkit.core.exports import lazy_exports
 _NAMES = {
     "analyze": "perfkit.traces.analysis",
     "analyze_traces": "perfkit.traces.analysis",
+    "analyze_phases": "perfkit.traces.analysis",
     "TraceReport": "perfkit.traces.analysis",
     "RankReport": "perfkit.traces.analysis",
     "read_trace": "perfkit.traces.read",

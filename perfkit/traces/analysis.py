@@ -8,21 +8,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from perfkit.traces.breakdown import (
     IDLE_KERNEL_CATS,
     SWEPT_TYPES,
+    GpuIdle,
     KernelStat,
     StreamIdle,
     Temporal,
+    gpu_idle,
     idle_breakdown,
     temporal,
     top_kernels,
     type_times,
     types_of,
 )
+from perfkit.traces.files import trace_phases
 from perfkit.traces.read import STEP_MARK, Columns, RankTrace, read_traces
 from perfkit.traces.steps import (
     STEP_RE,
@@ -52,6 +56,7 @@ class RankReport:
     launch: LaunchStats
     steps: list[Step]
     notes: list[str] = field(default_factory=list)
+    gpu_idle: GpuIdle | None = None
 
     def as_dict(self) -> dict[str, object]:
         empty = dict.fromkeys(
@@ -79,6 +84,7 @@ class RankReport:
             "events": self.events,
             "gpu_events": self.gpu_events,
             "idle_breakdown": {**total, "streams": [s.as_dict() for s in self.idle]},
+            "gpu_idle_by_cause": self.gpu_idle.as_dict() if self.gpu_idle else None,
             "kernel_types_us": self.kernel_types,
             "top_kernels": [k.as_dict() for k in self.top_kernels],
             "launch": self.launch.as_dict(),
@@ -98,6 +104,7 @@ class TraceReport:
     ranks: list[RankReport]
     stragglers: Stragglers
     notes: list[str] = field(default_factory=list)
+    hta_compat: bool = False
 
     def kernel_types(self) -> dict[str, dict[str, float]]:
         """Kernel-type times summed over ranks with their share of the total (HTA's pie)."""
@@ -119,6 +126,9 @@ class TraceReport:
             "stragglers": self.stragglers.as_dict(),
             "path": self.path,
             "whole_trace": self.whole_trace,
+            "kernel_classes": "HTA 0.5.0 (--hta-compat)"
+            if self.hta_compat
+            else "HTA 0.5.0 plus the communication kernels it does not know (docs/traces.md)",
             "trimming": "none (whole trace)"
             if self.whole_trace
             else "GPU work launched before the last ProfilerStep (HTA's default)",
@@ -178,28 +188,44 @@ def _runtime_ts(host: Columns, corr: np.ndarray) -> np.ndarray:
 
 
 def _step_of(ts: np.ndarray, steps: list[Step]) -> np.ndarray:
-    """The step number whose [start, end) holds each time, -1 for none."""
+    """The step number whose [start, end) holds each time, -1 for none. Steps are in time order
+    and, as the profiler writes them, do not overlap: a time belongs to the latest step starting
+    at or before it if that step holds it. One binary search a time."""
     out = np.full(len(ts), -1, dtype=np.int64)
-    for s in steps:
-        out[(ts >= s.ts_us) & (ts < s.ts_us + s.dur_us)] = s.step
+    if not steps or len(ts) == 0:
+        return out
+    start = np.array([s.ts_us for s in steps])
+    end = start + np.array([s.dur_us for s in steps])
+    num = np.array([s.step for s in steps], dtype=np.int64)
+    with np.errstate(invalid="ignore"):
+        i = np.searchsorted(start, ts, side="right") - 1  # NaN sorts last: i = last, then end test fails
+        ok = (i >= 0) & (ts < end[np.maximum(i, 0)])
+    out[ok] = num[i[ok]]
     return out
 
 
-def analyze_rank(t: RankTrace, notes: list[str]) -> tuple[RankReport, CommKernels]:
+def analyze_rank(
+    t: RankTrace, notes: list[str], *, hta_compat: bool = False
+) -> tuple[RankReport, CommKernels]:
     d = t.device
     ts, dur = d["ts"], d["dur"]
     end = ts + dur
-    ktype = types_of(t.names, d["name"])
+    ktype = types_of(t.names, d["name"], hta_compat=hta_compat)
     tmp = temporal(ts, end, ktype)
     if tmp is None:
         notes.append("no GPU events (kernels, memcpy, memset): nothing to break down")
+    elif tmp.kernel_time_us == 0:
+        notes.append(f"the {len(d)} GPU events span no time (all zero-length): no shares to give")
     runtime = _runtime_ts(t.host, d["corr"])
-    idle_sel = np.array([t.cats[c] in IDLE_KERNEL_CATS for c in d["cat"]], dtype=bool)
-    idle = (
-        idle_breakdown(ts[idle_sel], dur[idle_sel], d["stream"][idle_sel], runtime[idle_sel])
-        if idle_sel.any()
-        else []
-    )
+    idle_sel = np.array([c in IDLE_KERNEL_CATS for c in t.cats] or [False], dtype=bool)[d["cat"]]
+    if idle_sel.all():  # the usual case: no copies
+        idle = idle_breakdown(ts, dur, d["stream"], runtime)
+    else:
+        idle = (
+            idle_breakdown(ts[idle_sel], dur[idle_sel], d["stream"][idle_sel], runtime[idle_sel])
+            if idle_sel.any()
+            else []
+        )
     swept = np.isin(ktype, SWEPT_TYPES)
     kernels = top_kernels(t.names, d["name"][swept], dur[swept], ktype[swept])
     launch = launch_stats(t.names, t.host.data, d.data)
@@ -208,10 +234,14 @@ def analyze_rank(t: RankTrace, notes: list[str]) -> tuple[RankReport, CommKernel
     in_steps = step_of > 0
     host_step = _step_of(t.host["ts"], steps)
     ends = [s.ts_us + s.dur_us for s in steps]
-    ends += list(end[in_steps]) + list((t.host["ts"] + t.host["dur"])[host_step > 0])
+    if in_steps.any():
+        ends.append(float(end[in_steps].max()))
+    if (host_step > 0).any():
+        ends.append(float((t.host["ts"] + t.host["dur"])[host_step > 0].max()))
     comm = CommKernels(
         t.rank,
-        [t.names[n] for n in d["name"]],
+        t.names,
+        d["name"],
         d["stream"],
         step_of,
         ts,
@@ -233,14 +263,21 @@ def analyze_rank(t: RankTrace, notes: list[str]) -> tuple[RankReport, CommKernel
         launch=launch,
         steps=steps,
         notes=notes,
+        gpu_idle=gpu_idle(ts, end, runtime),
     )
     return report, comm
 
 
 def analyze_traces(
-    traces: list[RankTrace], *, path: str = "", whole_trace: bool = False, num_candidates: int = 2
+    traces: list[RankTrace],
+    *,
+    path: str = "",
+    whole_trace: bool = False,
+    num_candidates: int = 2,
+    hta_compat: bool = False,
 ) -> TraceReport:
-    """Analyse ranks already read (see :func:`perfkit.traces.read.read_traces`)."""
+    """Analyse ranks already read (see :func:`perfkit.traces.read.read_traces`). ``hta_compat``
+    types kernels exactly as HTA 0.5.0 (only ``^nccl.*Kernel`` is communication)."""
     notes: list[str] = []
     step_names = _step_names(traces)
     trimming = not whole_trace and len(step_names) >= 2
@@ -254,22 +291,49 @@ def analyze_traces(
         if trimming:
             t, why = trim(t)
             rank_notes.append(why)
-        report, comm = analyze_rank(t, rank_notes)
+        report, comm = analyze_rank(t, rank_notes, hta_compat=hta_compat)
         reports.append(report)
         comms.append(comm)
     steps = sorted({s.step for r in reports for s in r.steps})
-    return TraceReport(path, whole_trace, reports, stragglers(comms, steps, num_candidates), notes)
+    return TraceReport(
+        path, whole_trace, reports, stragglers(comms, steps, num_candidates), notes, hta_compat
+    )
 
 
-def analyze(path: str | Path, *, whole_trace: bool = False, num_candidates: int = 2) -> TraceReport:
+def analyze(
+    path: str | Path, *, whole_trace: bool = False, num_candidates: int = 2, hta_compat: bool = False
+) -> TraceReport:
     """Read and analyse a trace file or a folder with one trace per rank.
 
     ``whole_trace=False`` applies HTA's trimming (only GPU work launched before the last
     ``ProfilerStep`` starts, which is usually cut off by the profiler's stop); ``True`` keeps every
-    event."""
+    event. ``hta_compat=True`` classifies kernels exactly as HTA 0.5.0 (docs/traces.md)."""
     return analyze_traces(
-        read_traces(path), path=str(path), whole_trace=whole_trace, num_candidates=num_candidates
+        read_traces(path),
+        path=str(path),
+        whole_trace=whole_trace,
+        num_candidates=num_candidates,
+        hta_compat=hta_compat,
     )
 
 
-__all__ = ["STEP_RE", "RankReport", "TraceReport", "analyze", "analyze_rank", "analyze_traces", "trim"]
+def analyze_phases(path: str | Path, **options: Any) -> dict[str, TraceReport]:
+    """Every phase of a folder of phases (a bundle's ``traces/`` with ``baseline/``,
+    ``incident/`` ...: one profiled run each), analysed separately, by name; for a folder of
+    ranks or a file, ``{"": analyze(path)}``. ``options`` are :func:`analyze`'s."""
+    phases = trace_phases(path)
+    if not phases:
+        return {"": analyze(path, **options)}
+    return {name: analyze(folder, **options) for name, folder in phases.items()}
+
+
+__all__ = [
+    "STEP_RE",
+    "RankReport",
+    "TraceReport",
+    "analyze",
+    "analyze_phases",
+    "analyze_rank",
+    "analyze_traces",
+    "trim",
+]

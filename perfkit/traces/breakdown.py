@@ -19,6 +19,47 @@ _COMM = re.compile(r"^nccl.*Kernel")
 _MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 _NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 COMPUTATION, COMMUNICATION, MEMORY, OTHER = "COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER"
+#: communication kernels HTA 0.5.0 does not know (it counts them as COMPUTATION): (what, pattern
+#: searched anywhere in the demangled name, where the name comes from upstream). docs/traces.md
+#: lists them; ``hta_compat=True`` turns them off.
+COMM_PATTERNS: tuple[tuple[str, str, str], ...] = (
+    (
+        "RCCL MSCCL",
+        r"^mscclKernel_",
+        "RCCL src/include/msccl/msccl_kernel.h: mscclKernel_<op>_<type>_<proto>",
+    ),
+    (
+        "HCCL",
+        r"^hccl",
+        "HTA's successor traceinsight (PyPI) counts ^hccl names as communication (HCCL: Huawei's collectives)",
+    ),
+    (
+        "PyTorch symmetric memory (NVLS multimem)",
+        r"\b(multimem_\w+_kernel|one_shot_all_reduce_kernel|two_shot_all_reduce_kernel)\b",
+        "pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu: multimem_all_reduce_kernel, "
+        "multimem_one_shot_reduce_kernel, multimem_all_gather_kernel, one_shot_all_reduce_kernel, "
+        "two_shot_all_reduce_kernel",
+    ),
+    (
+        "DeepEP dispatch/combine",
+        r"\b(deep_ep|dpsk::ep|nccl_ep)::(internode|intranode|internode_ll)::",
+        "deepseek-ai/DeepEP csrc/kernels/{intranode,internode,internode_ll}.cu (namespace deep_ep::<mode>: "
+        "dispatch, combine, notify_dispatch, cached_notify, clean_low_latency_buffer); DeepSeek's own "
+        "profiles write dpsk::ep::internode::dispatch",
+    ),
+    (
+        "vLLM custom all-reduce",
+        r"\bcross_device_reduce_(1|2)stage\b",
+        "vllm csrc/custom_all_reduce.cuh: vllm::cross_device_reduce_1stage / _2stage",
+    ),
+    (
+        "NVSHMEM on-stream collectives",
+        r"\b\w+_on_stream_kernel\w*|\bnvshmemi?x?_\w+",
+        "NVIDIA nvshmem src/device/coll/*: barrier_on_stream_kernel*, sync_on_stream_kernel*, "
+        "<coll>_on_stream_kernel (launched by nvshmemx_*_on_stream)",
+    ),
+)
+_COMM_EXTRA = re.compile("|".join(f"(?:{p})" for _, p, _ in COMM_PATTERNS))
 #: the order HTA sweeps kernel types in, which is also the order of "A overlapping B" labels
 SWEPT_TYPES = (COMPUTATION, COMMUNICATION, MEMORY)
 #: HTA's get_idle_time_breakdown default: a gap shorter than this (µs, the trace's unit) between
@@ -30,9 +71,10 @@ IDLE_KERNEL_CATS = frozenset(
 )
 
 
-def kernel_type(name: str) -> str:
-    """COMMUNICATION, MEMORY, COMPUTATION or OTHER, by HTA's name patterns."""
-    if _COMM.match(name):
+def kernel_type(name: str, *, hta_compat: bool = False) -> str:
+    """COMMUNICATION, MEMORY, COMPUTATION or OTHER, by HTA 0.5.0's name patterns; unless
+    ``hta_compat``, the kernels of :data:`COMM_PATTERNS` are COMMUNICATION too."""
+    if _COMM.match(name) or (not hta_compat and _COMM_EXTRA.search(name)):
         return COMMUNICATION
     if _MEMORY.match(name):
         return MEMORY
@@ -99,9 +141,9 @@ class Temporal:
         }
 
 
-def types_of(names: list[str], ids: np.ndarray) -> np.ndarray:
+def types_of(names: list[str], ids: np.ndarray, *, hta_compat: bool = False) -> np.ndarray:
     """The kernel type of each event (by its name id), as an array of strings."""
-    table = np.array([kernel_type(n) for n in names] or [OTHER], dtype=object)
+    table = np.array([kernel_type(n, hta_compat=hta_compat) for n in names] or [OTHER], dtype=object)
     return table[ids] if len(ids) else np.zeros(0, dtype=object)
 
 
@@ -117,7 +159,11 @@ def temporal(ts: np.ndarray, end: np.ndarray, ktype: np.ndarray) -> Temporal | N
     compute = float((comp[1] - comp[0]).sum())
     comm_time = float((comm[1] - comm[0]).sum())
     overlap = round(100.0 * overlap_length(comm, comp) / comm_time, 2) if comm_time else None
-    return Temporal(kernel_time, idle, compute, kernel_time - compute - idle, overlap)
+    # with non-negative intervals (perfkit.traces.read clamps them) the union of compute lies in
+    # the union of all, which lies in the span: every share is in [0, 100]; max() only absorbs
+    # float rounding of µs converted from ns
+    non_compute = max(0.0, kernel_time - compute - idle)
+    return Temporal(kernel_time, max(0.0, idle), compute, non_compute, overlap)
 
 
 def type_times(ts: np.ndarray, end: np.ndarray, ktype: np.ndarray) -> dict[str, float]:
@@ -127,12 +173,14 @@ def type_times(ts: np.ndarray, end: np.ndarray, ktype: np.ndarray) -> dict[str, 
     for bit, kind in enumerate(SWEPT_TYPES):
         s, e = merge(ts[ktype == kind], end[ktype == kind])
         times += [s, e]
-        deltas += [np.full(len(s), 1 << bit), np.full(len(e), -(1 << bit))]
+        deltas += [np.full(len(s), 1 << bit, np.int8), np.full(len(e), -(1 << bit), np.int8)]
     t = np.concatenate(times)
     if len(t) == 0:
         return {}
     order = np.argsort(t, kind="stable")
-    t, running = t[order], np.cumsum(np.concatenate(deltas)[order])
+    t = t[order]
+    running = np.cumsum(np.concatenate(deltas)[order], dtype=np.int8)  # a bitmask of 3 types: < 8
+    del order
     seg = np.diff(t)
     out: dict[str, float] = {}
     for mask in np.unique(running[:-1]):
@@ -249,19 +297,73 @@ def idle_breakdown(
     """HTA's idle-time breakdown, per stream: each gap before a kernel is *host wait* when the
     kernel's CPU launch came after the previous kernel ended (the CPU was not enqueuing fast
     enough), else *kernel wait* when shorter than ``delay`` (launch overhead), else *other*
-    (waits on other streams, synchronisation). ``runtime_ts`` is NaN where no launch is known."""
-    out = []
-    for s in np.unique(stream):
-        sel = np.flatnonzero(stream == s)
-        order = sel[np.argsort(ts[sel], kind="stable")]
-        t, end, rt = ts[order], ts[order] + dur[order], runtime_ts[order]
-        prev_end = end[:-1]
-        gap = t[1:] - prev_end
-        with np.errstate(invalid="ignore"):
-            host = rt[1:] > prev_end
-        kernel = ~host & (gap < delay)
-        other = ~host & ~kernel
-        out.append(
-            StreamIdle(int(s), float(gap[host].sum()), float(gap[kernel].sum()), float(gap[other].sum()))
-        )
-    return out
+    (waits on other streams, synchronisation). ``runtime_ts`` is NaN where no launch is known.
+    One sort by (stream, start): linear after it, whatever the number of streams."""
+    if len(ts) == 0:
+        return []
+    # one sort by (stream, start), then only the arrays still needed are kept (a few bytes an
+    # event above the input: this runs on millions of events)
+    order = np.lexsort((ts, stream))  # by stream, then start; stable like HTA's sort
+    s = stream[order]
+    t = ts[order]
+    prev_end = t[:-1] + dur[order[:-1]]
+    rt = runtime_ts[order[1:]]
+    del order
+    gap = t[1:] - prev_end
+    del t
+    same = s[1:] == s[:-1]  # a gap is between two kernels of one stream
+    with np.errstate(invalid="ignore"):
+        host = same & (rt > prev_end)
+    del rt, prev_end
+    kernel = same & ~host & (gap < delay)
+    other = same & ~host & ~kernel
+    new_stream = ~same
+    del same
+    streams = s[np.concatenate([[0], np.flatnonzero(new_stream) + 1])]
+    group = np.cumsum(new_stream)  # gap j lies after kernel j: the number of streams before it
+    del new_stream
+    sums = []
+    for kind in (host, kernel, other):
+        sums.append(np.bincount(group[kind], weights=gap[kind], minlength=len(streams)))
+    return [
+        StreamIdle(int(sid), float(sums[0][k]), float(sums[1][k]), float(sums[2][k]))
+        for k, sid in enumerate(streams)
+    ]
+
+
+@dataclass
+class GpuIdle:
+    """The rank's GPU idle time (no GPU event on any stream, ``Temporal.idle_us``) by cause, µs:
+    each gap between busy periods is *host wait* when the event that ends it was launched by the
+    CPU after the gap began, else *kernel wait* when shorter than the launch-overhead delay, else
+    *other*. The three add up to the idle time (HTA's per-stream rule on the merged timeline)."""
+
+    host_wait_us: float
+    kernel_wait_us: float
+    other_us: float
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+def gpu_idle(
+    ts: np.ndarray, end: np.ndarray, runtime_ts: np.ndarray, *, delay: float = CONSECUTIVE_KERNEL_DELAY_US
+) -> GpuIdle | None:
+    """:class:`GpuIdle` over all GPU events (start, end, and the CPU launch start or NaN); None
+    without any."""
+    if len(ts) == 0:
+        return None
+    order = np.argsort(ts, kind="stable")
+    t, e, rt = ts[order], end[order], runtime_ts[order]
+    reach = np.maximum.accumulate(e)
+    new = np.zeros(len(t), dtype=bool)
+    new[1:] = t[1:] > reach[:-1]  # this event starts a busy period after a gap
+    idx = np.flatnonzero(new)
+    gap_start = reach[idx - 1]
+    gap = t[idx] - gap_start
+    # a busy period starts with its earliest event; ties: any of them launched late makes it host wait
+    with np.errstate(invalid="ignore"):
+        host = rt[idx] > gap_start
+    kernel = ~host & (gap < delay)
+    other = ~host & ~kernel
+    return GpuIdle(float(gap[host].sum()), float(gap[kernel].sum()), float(gap[other].sum()))

@@ -22,23 +22,32 @@ cannot be from the same run.
 
 from __future__ import annotations
 
-import gzip
 import math
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from perfkit.errors import BundleError, ConfigError
+from perfkit.errors import BundleError
+from perfkit.traces.breakdown import kernel_type
+from perfkit.traces.files import open_text, trace_files
 from perfkit.traces.scan import ScanError, ScanResult, scan_events
+from perfkit.traces.steps import LAUNCH_NAMES, NCCL_KERNELS
 
-#: decompressed text read from one file at most. Memory does not grow with it (the pass is
-#: streamed); this bounds the time a hostile file (a gzip bomb) can take: 64 GiB is ~60x the
-#: largest real traces we have seen (about 1 GB).
-MAX_BYTES = 64 << 30
+#: distinct event names kept per rank. Real traces have hundreds to a few tens of thousands
+#: (templated kernels, Triton); a hostile file could give every event its own. Past the cap a new
+#: name is counted under the first name seen with the same meaning for the analyses (kernel type
+#: in both classifications, launch call, sync, NCCL straggler kernel) and the report says how
+#: many names were folded: memory stays bounded, the breakdown's times are unchanged.
+MAX_NAMES = 100_000
+#: distinct ``cat`` values kept per rank (real traces: about 20), folded the same way
+MAX_CATS = 1_000
+#: ``ProfilerStep`` and ``enumerate(DataLoader)`` ranges kept per rank (they keep their names:
+#: the step number is in it). A profiled run records a handful of steps; past this bound the rest
+#: are dropped, with a note.
+MAX_MARKS = 100_000
 #: timestamps above this cannot be µs since the epoch (1e17 µs is the year 5138); such a trace
 #: writes nanoseconds and is converted (Chrome's trace format defines ``ts`` in µs).
 NS_THRESHOLD = 1e17
@@ -46,7 +55,6 @@ NS_THRESHOLD = 1e17
 SYNC_NAMES = frozenset({"Event Sync", "Context Sync"})
 STEP_MARK = "ProfilerStep"
 LOADER_PREFIX = "enumerate(DataLoader)"
-TRACE_SUFFIXES = (".json", ".gz")
 DEVICE_FIELDS = (
     ("name", np.int32),
     ("cat", np.int32),
@@ -135,6 +143,36 @@ def _as_int(value: Any) -> int:
     return value if -_INT64 <= value < _INT64 else -1
 
 
+class _Growing:
+    """Columns of one kind of event, each a numpy array that doubles when full."""
+
+    def __init__(self, fields: Sequence[tuple[str, Any]]) -> None:
+        self.fields = fields
+        self.n = 0
+        self.data = [np.empty(0, dtype=t) for _, t in fields]
+
+    def extend(self, rows: list[tuple[Any, ...]]) -> None:
+        m = len(rows)
+        if self.n + m > len(self.data[0]):
+            cap = max(2 * len(self.data[0]), self.n + m, 1 << 14)
+            for i, (_, t) in enumerate(self.fields):
+                grown = np.empty(cap, dtype=t)
+                grown[: self.n] = self.data[i][: self.n]
+                self.data[i] = grown
+        for i, v in enumerate(zip(*rows, strict=True)):
+            self.data[i][self.n : self.n + m] = v
+        self.n += m
+
+    def columns(self) -> Columns:
+        """The filled part of each column (a copy the exact size when over a quarter is unused)."""
+        out = {}
+        for i, (f, _) in enumerate(self.fields):
+            a = self.data[i]
+            out[f] = a[: self.n].copy() if self.n < 0.75 * len(a) else a[: self.n]
+            self.data[i] = np.empty(0, dtype=a.dtype)  # let the big one go before the next copy
+        return Columns(out)
+
+
 class _Builder:
     """Accumulates one rank's events into lists per batch, then numpy arrays."""
 
@@ -144,12 +182,57 @@ class _Builder:
         self.dev: list[tuple[Any, ...]] = []
         self.host: list[tuple[Any, ...]] = []
         self.marks: list[tuple[Any, ...]] = []
-        # numpy pieces, one per batch: Python lists of floats cost ~32 bytes a value, arrays 8
-        self.pieces: dict[str, list[list[np.ndarray]]] = {"dev": [], "host": [], "marks": []}
+        # growable numpy columns (Python lists of floats cost ~32 bytes a value, arrays 8): one
+        # array per field that doubles when full, so the kept events are never held twice (many
+        # small per-batch pieces would stay in the heap after being joined)
+        self.cols: dict[str, _Growing] = {
+            "dev": _Growing(DEVICE_FIELDS),
+            "host": _Growing(HOST_FIELDS),
+            "marks": _Growing(MARK_FIELDS),
+        }
         self.order = 0
         self.float_ts = False
         self.ns = False
         self.no_ts = 0
+        self.folded = 0  # events whose name or cat was past the caps
+        self.folded_names: set[int] = set()  # name ids that stand for folded names
+        self.sig_name: dict[tuple[Any, ...], int] = {}
+        self.sig_cat: dict[tuple[bool, ...], int] = {}
+        self.marks_dropped = 0
+        self.n_marks = 0
+
+    def name_id(self, name: str) -> int:
+        """The id of ``name``, or past :data:`MAX_NAMES` of the first name with its meaning."""
+        names = self.names
+        sig = (
+            kernel_type(name),
+            kernel_type(name, hta_compat=True),
+            name in LAUNCH_NAMES,
+            name in SYNC_NAMES,
+            name.startswith(NCCL_KERNELS),
+            STEP_MARK in name,
+            name.startswith(LOADER_PREFIX),
+        )
+        nid = self.sig_name.get(sig)
+        if nid is None:  # a new meaning: its first name stands for the rest
+            nid = self.sig_name[sig] = names[name] = len(names)
+        self.folded += 1
+        self.folded_names.add(nid)
+        return nid
+
+    def cat_id(self, cat: str) -> int:
+        cats = self.cats
+        if len(cats) < MAX_CATS:
+            cid = cats[cat] = len(cats)
+            return cid
+        from perfkit.traces.breakdown import IDLE_KERNEL_CATS
+
+        sig = (cat in IDLE_KERNEL_CATS, cat == "gpu_user_annotation")
+        found = self.sig_cat.get(sig)
+        if found is None:
+            found = self.sig_cat[sig] = cats[cat] = len(cats)
+        self.folded += 1
+        return found
 
     def add(self, batch: list[Any]) -> None:
         """Keep what the analyses use of one batch of parsed events (the hot loop: ~1 µs an event)."""
@@ -190,12 +273,23 @@ class _Builder:
             is_mark = not passes and (STEP_MARK in name or name.startswith(LOADER_PREFIX))
             if stream == -1 and (passes or (corr == -1 and not is_mark)):
                 continue
+            if is_mark:  # marks keep their own names (the step number is in it), up to MAX_MARKS
+                if self.n_marks >= MAX_MARKS:
+                    self.marks_dropped += 1
+                    is_mark = False
+                    if stream == -1 and corr == -1:
+                        continue
+                else:
+                    self.n_marks += 1
             nid = names.get(name)
             if nid is None:
-                nid = names[name] = len(names)
+                if is_mark or len(names) < MAX_NAMES:
+                    nid = names[name] = len(names)
+                else:
+                    nid = self.name_id(name)
             cid = cats.get(cat)
             if cid is None:
-                cid = cats[cat] = len(cats)
+                cid = self.cat_id(cat)
             if stream != -1:
                 dev.append((nid, cid, ts, dur, stream, corr, passes, order))
             if not passes and corr != -1:
@@ -206,34 +300,14 @@ class _Builder:
         self._flush()
 
     def _flush(self) -> None:
-        for key, rows, fields in (
-            ("dev", self.dev, DEVICE_FIELDS),
-            ("host", self.host, HOST_FIELDS),
-            ("marks", self.marks, MARK_FIELDS),
-        ):
+        for key, rows in (("dev", self.dev), ("host", self.host), ("marks", self.marks)):
             if rows:
-                columns = zip(*rows, strict=True)
-                self.pieces[key].append(
-                    [np.asarray(v, dtype=t) for (_, t), v in zip(fields, columns, strict=True)]
-                )
+                self.cols[key].extend(rows)
                 rows.clear()
 
     def build(self, path: str, rank: int, meta: dict[str, Any], events: int) -> RankTrace:
-        def cols(key: str, fields: Sequence[tuple[str, Any]]) -> Columns:
-            parts = self.pieces[key]
-            return Columns(
-                {
-                    f: np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, dtype=t)
-                    for i, (f, t) in enumerate(fields)
-                }
-            )
-
-        device, host, marks = (
-            cols("dev", DEVICE_FIELDS),
-            cols("host", HOST_FIELDS),
-            cols("marks", MARK_FIELDS),
-        )
-        self.pieces.clear()
+        device, host, marks = (self.cols[k].columns() for k in ("dev", "host", "marks"))
+        self.cols.clear()
         notes = []
         if self.no_ts:
             notes.append(f"{self.no_ts} events without a numeric ts were skipped")
@@ -241,11 +315,27 @@ class _Builder:
             notes.append(
                 "timestamps are in ns (values above 1e17, past the year 5000 in µs); converted to µs"
             )
-        elif self.float_ts:  # HTA's round_down_time_stamps
+        negative = int((device["dur"] < 0).sum())  # as written in the file
+        short = (
+            int(((device["dur"] >= 0) & (device["dur"] < 1)).sum()) if self.float_ts and not self.ns else 0
+        )
+        if self.float_ts and not self.ns:  # HTA's round_down_time_stamps
             for c in (device, host, marks):
                 end = np.floor(c["ts"] + c["dur"])
                 c.data["ts"] = np.ceil(c["ts"])
                 c.data["dur"] = end - c["ts"]
+        notes += _clean_durations(device, host, marks, negative, short)
+        if self.folded:
+            notes.append(
+                f"{self.folded} events had a name or category past the first {MAX_NAMES:,} names / "
+                f"{MAX_CATS:,} categories of the file: each was counted under the first name of its "
+                "kind (the kernel type, launch and step rules give the same answer; top_kernels shows "
+                "that name)"
+            )
+        if self.marks_dropped:
+            notes.append(
+                f"{self.marks_dropped} ProfilerStep / DataLoader ranges past the first {MAX_MARKS:,} were dropped"
+            )
         names = [""] * len(self.names)
         for text, i in self.names.items():
             names[i] = text
@@ -255,49 +345,46 @@ class _Builder:
         return RankTrace(path, rank, meta, names, cats, device, host, marks, events, notes)
 
 
-def _reader(path: Path) -> tuple[Callable[[int], bytes], Callable[[], None]]:
-    """A ``read(n)`` of the file's text (gunzipped when it starts with gzip's magic) and a closer."""
-    try:
-        raw = path.open("rb")
-    except OSError as exc:
-        raise BundleError(f"cannot read the trace: {exc.strerror or exc}", path=str(path)) from None
-    if raw.read(2) == b"\x1f\x8b":
-        raw.seek(0)
-        stream: Any = gzip.GzipFile(fileobj=raw, mode="rb")
-    else:
-        raw.seek(0)
-        stream = raw
-    total = 0
-
-    def read(n: int) -> bytes:
-        nonlocal total
-        try:
-            piece: bytes = stream.read(n)
-        except EOFError:
-            raise BundleError(
-                f"truncated gzip stream: the compressed data ends early ({total} bytes of text read; an interrupted copy?)",
-                path=str(path),
-            ) from None
-        except (gzip.BadGzipFile, zlib.error, OSError) as exc:
-            raise BundleError(
-                f"corrupt gzip stream ({total} bytes of text read): {exc}", path=str(path)
-            ) from None
-        total += len(piece)
-        if total > MAX_BYTES:
-            raise BundleError(f"over {MAX_BYTES >> 30} GiB of text: not read further", path=str(path))
-        return piece
-
-    def close() -> None:
-        stream.close()
-        raw.close()
-
-    return read, close
+def _clean_durations(device: Columns, host: Columns, marks: Columns, negative: int, short: int) -> list[str]:
+    """Clamp negative durations to zero (in place) and say what was found: an interval that ends
+    before it starts has no meaning, and left negative it subtracts from every union (HTA 0.5.0
+    keeps them and reports compute above 100 %, idle and kernel time below 0)."""
+    notes = []
+    if short:
+        notes.append(
+            f"{short} GPU events shorter than 1 µs: HTA's rounding to whole µs ([ceil(ts), floor(ts + dur)]) "
+            "leaves them zero-length (clamped where it made their end precede their start)"
+        )
+    if negative:
+        notes.append(f"{negative} GPU events with a negative duration in the file: taken as zero-length")
+    bad_host = 0
+    for c, is_device in ((device, True), (host, False), (marks, False)):
+        neg = c["dur"] < 0
+        if neg.any():
+            if not is_device:
+                bad_host += int(neg.sum())
+            c.data["dur"] = np.where(neg, 0.0, c["dur"])
+    if bad_host:
+        notes.append(f"{bad_host} CPU events with an end before their start: taken as zero-length")
+    zero = int((device["dur"] == 0).sum()) - short - negative
+    if zero > 0:
+        notes.append(f"{zero} GPU events of zero length in the file: counted as events, they add no time")
+    if len(device) > 1:  # within a stream, the file lists GPU events in time order; say when not
+        order = np.lexsort((device["order"], device["stream"]))
+        s, t = device["stream"][order], device["ts"][order]
+        back = int(((s[1:] == s[:-1]) & (t[1:] < t[:-1])).sum())
+        if back:
+            notes.append(
+                f"{back} GPU events are listed before an earlier-starting event of their stream "
+                "(out of time order in the file): sorted by start before the breakdown"
+            )
+    return notes
 
 
 def read_trace(path: str | Path) -> RankTrace:
     """Read one trace file (``.json`` or ``.json.gz``) in one streamed pass."""
     p = Path(path)
-    read, close = _reader(p)
+    read, close = open_text(p)
     result = ScanResult()
     builder = _Builder()
     try:
@@ -307,25 +394,38 @@ def read_trace(path: str | Path) -> RankTrace:
         raise BundleError(str(exc), path=str(p)) from None
     finally:
         close()
-    info = result.meta.get("distributedInfo")
-    rank = info.get("rank") if isinstance(info, dict) else None
-    trace = builder.build(str(p), rank if isinstance(rank, int) else 0, result.meta, result.elements)
-    if not isinstance(rank, int):
-        trace.notes.append("no distributedInfo.rank in the file: taken as rank 0 (as HTA does)")
+    rank, note = _rank(result.meta, p)
+    trace = builder.build(str(p), rank, result.meta, result.elements)
+    if note:
+        trace.notes.append(note)
     return trace
 
 
-def trace_files(path: str | Path) -> list[Path]:
-    """The trace files ``path`` names: itself, or the ``.json``/``.gz`` files in the folder."""
-    p = Path(path)
-    if p.is_file():
-        return [p]
-    if not p.is_dir():
-        raise ConfigError(f"{p}: no such trace file or folder")
-    found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
-    if not found:
-        raise ConfigError(f"{p}: no trace files (*.json, *.json.gz) in the folder")
-    return found
+#: a rank above this is no process of a real job (the largest jobs run ~10^5 GPUs)
+MAX_RANK = 1 << 24
+
+
+def _rank(meta: dict[str, Any], path: Path) -> tuple[int, str | None]:
+    """``distributedInfo.rank``, and a note when it is absent (rank 0, HTA's default). A rank that
+    is there but is no rank (not a whole number, negative, past world_size) is a
+    :class:`BundleError` saying so, with the value."""
+    info = meta.get("distributedInfo")
+    if not isinstance(info, dict) or "rank" not in info or info["rank"] is None:
+        return 0, "no distributedInfo.rank in the file: taken as rank 0 (as HTA does)"
+    rank = info["rank"]
+    size = info.get("world_size")
+    size = size if type(size) is int and size > 0 else None
+    numeric = type(rank) in (int, float) and math.isfinite(rank)
+    if not numeric or rank != int(rank):
+        raise BundleError(f"distributedInfo.rank is {str(rank)[:40]!r}, not a whole number", path=str(path))
+    limit = size if size is not None else MAX_RANK
+    if not 0 <= rank < limit:
+        bound = f"world_size {size}" if size is not None else f"{MAX_RANK:,}"
+        raise BundleError(
+            f"distributedInfo.rank {rank:.15g} is out of range (0 <= rank < {bound})", path=str(path)
+        )
+    rank = int(rank)
+    return rank, None
 
 
 def read_traces(path: str | Path) -> list[RankTrace]:

@@ -31,6 +31,9 @@ import orjson
 #: bytes of decompressed text per step: large enough that numpy's per-call overhead vanishes
 #: (8 MiB is ~30k Kineto events), small enough that a chunk and its parsed events stay near 50 MB.
 CHUNK = 8 << 20
+#: events parsed into Python objects at once: a parsed event costs 1-2 kB (dicts of its fields and
+#: args), so a chunk of small events (150k in 8 MiB) parsed whole would cost ~300 MB; 16k cost ~30 MB
+BATCH = 16_384
 #: the members around ``traceEvents`` are metadata (a few kB in real traces); 64 MiB is far above
 #: any real one and still bounded.
 MAX_META = 64 << 20
@@ -219,8 +222,9 @@ def scan_events(
         result.elements += len(ends)
         if len(ends):
             pick = _selected(buf, 0, q, starts, ends)
-            if len(pick):
-                body = b",".join([buf[int(starts[i]) : int(ends[i]) + 1] for i in pick])
+            for at in range(0, len(pick), BATCH):
+                part = pick[at : at + BATCH].tolist()
+                body = b",".join([buf[int(starts[i]) : int(ends[i]) + 1] for i in part])
                 try:
                     yield orjson.loads(b"[" + body + b"]")
                 except orjson.JSONDecodeError as exc:

@@ -26,7 +26,7 @@ LAUNCH_NAMES = frozenset(
 #: launch returned was queued behind other work
 RUNTIME_CUTOFF_US = 50.0
 LAUNCH_DELAY_CUTOFF_US = 100.0
-STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d{1,18})(?!\d)")  # a step number fits in int64
 #: a communication kernel shorter than this share of the mean step is not a straggler signal
 #: (HTA's min_normalized_duration)
 MIN_NORMALIZED_DURATION = 0.01
@@ -120,11 +120,16 @@ def profiler_steps(names: list[str], cats: list[str], marks: dict[str, np.ndarra
             steps.append((float(marks["ts"][i]), float(marks["dur"][i]), int(m.group(1))))
     lt = marks["ts"][loader]
     ld = marks["dur"][loader]
-    out = []
-    for ts, dur, num in sorted(steps):
-        inside = (lt >= ts) & (lt < ts + dur)
-        out.append(Step(num, ts, dur, float(ld[inside].sum()), int(inside.sum())))
-    return out
+    by = np.argsort(lt, kind="stable")  # the loader calls by start: a step's are one run of them
+    lt, ld = lt[by], ld[by]
+    steps.sort()
+    starts = np.array([t for t, _, _ in steps])
+    ends = starts + np.array([d for _, d, _ in steps])
+    lo, hi = np.searchsorted(lt, starts, side="left"), np.searchsorted(lt, ends, side="left")
+    return [
+        Step(num, ts, dur, float(ld[a:b].sum()), int(b - a))
+        for (ts, dur, num), a, b in zip(steps, lo.tolist(), hi.tolist(), strict=True)
+    ]
 
 
 @dataclass
@@ -155,11 +160,13 @@ class Stragglers:
 
 @dataclass
 class CommKernels:
-    """One rank's communication kernels with the step each was launched in (the inputs of the
-    straggler detection), plus the extent of its stepped events for the mean step time."""
+    """One rank's GPU events with the step each was launched in (the inputs of the straggler
+    detection), plus the extent of its stepped events for the mean step time. ``name`` holds ids
+    into ``names``."""
 
     rank: int
-    name: list[str]
+    names: list[str]
+    name: np.ndarray
     stream: np.ndarray
     step: np.ndarray
     ts: np.ndarray
@@ -196,10 +203,12 @@ def stragglers(ranks: list[CommKernels], steps: list[int], num_candidates: int =
             & np.isin(r.step, steps)
             & (r.dur >= mean_step * MIN_NORMALIZED_DURATION)
         )
-        ok &= np.array([n.startswith(NCCL_KERNELS) for n in r.name], dtype=bool) if len(r.name) else ok
+        if len(r.name):
+            nccl = np.array([n.startswith(NCCL_KERNELS) for n in r.names] or [False], dtype=bool)
+            ok &= nccl[r.name]
         last: dict[tuple[int, str, int], tuple[int, float, float]] = {}
         for i in np.flatnonzero(ok):
-            at = (int(r.stream[i]), r.name[i], int(r.step[i]))
+            at = (int(r.stream[i]), r.names[r.name[i]], int(r.step[i]))
             if at not in last or r.order[i] > last[at][0]:
                 last[at] = (int(r.order[i]), float(r.ts[i]), float(r.dur[i]))
         for (stream, name, step), (_, ts, dur) in last.items():
