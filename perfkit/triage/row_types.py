@@ -202,3 +202,10 @@ def calm_text(load: float | None, waiting: float | None, kv: float | None) -> st
         return "no saturation was measured (load, requests waiting and the KV cache unknown)"
     listed = ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else "".join(shown)
     return f"{listed} {'are' if len(shown) > 1 else 'is'} normal"
+
+
+#: why a per-GPU estimate (the decode roofline, the KV/weights memory) cannot be made
+NO_GPU_COUNT = (
+    "the GPU count is not known (incident.yaml's hardware.count, or -p gpu_count=N): "
+    "the per-GPU share of the weights and KV cache depends on it"
+)

@@ -67,6 +67,10 @@ MIN_TAIL_DELTA_S = 0.25  # a p95 change under 250 ms is not what paged anyone
 
 # -- load and capacity ---------------------------------------------------------------------
 LOAD_RATIO = 1.2  # offered load (requests or generated tokens per second) up 20 %: a load change worth naming
+PROMPT_LOAD_RATIO = 1.2
+"""Prompt tokens per second up 20 % at the same request rate (longer prompts): prefill work shares the
+engine's steps with the decodes (chunked prefill) or pauses them (whole-prompt prefill steps), so the
+median token waits longer without any loss of decode efficiency. The same 20 % as ``LOAD_RATIO``."""
 QUEUED_AVG = 5.0  # requests waiting on average: a standing queue, not a blip
 QUEUED_CONFIRM_MIN = 1.0  # at least one request waiting on average: queue time is not one burst's
 QUEUE_SHARE_CONFIRM = 0.5  # queue time is at least half of mean TTFT: the wait is in the scheduler

@@ -1,0 +1,50 @@
+"""The decode row (perfkit/triage/decode_row.py): a slower token is a less efficient decode only at
+the same offered work. Longer prompts at the same request rate put more prefill work in the steps
+(issue 27: a healthy window after chunked prefill was enabled, with a long-prompt tenant arriving,
+was confirmed as a decode problem)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from perfkit.triage.decode_row import _verify_tpot
+
+
+def evidence(tpot: float, prompt: float, requests: float = 1.0) -> SimpleNamespace:
+    """Evidence with TPOT p50 ``tpot``x its baseline and ``prompt``x the prompt tokens per second."""
+    quantiles = {("baseline", "tpot", 0.5): 0.020, ("incident", "tpot", 0.5): 0.020 * tpot}
+    rates = {
+        ("baseline", "requests_per_s"): 4.0,
+        ("incident", "requests_per_s"): 4.0 * requests,
+        ("baseline", "generated_tokens_per_s"): 800.0,
+        ("incident", "generated_tokens_per_s"): 800.0 * requests,
+        ("baseline", "running_avg"): 20.0,
+        ("incident", "running_avg"): 20.0 * tpot,
+        ("baseline", "prompt_tokens_per_s"): 4000.0,
+        ("incident", "prompt_tokens_per_s"): 4000.0 * prompt,
+    }
+    ev = SimpleNamespace(per_token=lambda: "tpot")
+    ev.q = lambda side, signal, q: quantiles.get((side, signal, q))
+    ev.ratio = lambda signal, q: ev.q("incident", signal, q) / ev.q("baseline", signal, q)
+    ev.rate = lambda side, name: rates.get((side, name))
+    ev.rate_ratio = lambda name: ev.rate("incident", name) / ev.rate("baseline", name)
+    return ev
+
+
+@pytest.mark.parametrize(
+    ("tpot", "prompt", "verdict"),
+    [
+        (2.0, 1.05, "confirmed"),  # a throttled GPU: the same work, twice the time
+        (1.35, 1.34, "inconclusive"),  # longer prompts: more prefill in every step
+        (1.1, 1.5, "ruled_out"),  # the token is not slower
+    ],
+)
+def test_slower_tokens_with_more_prefill_work_are_not_a_decode_problem(tpot, prompt, verdict):
+    out = _verify_tpot(evidence(tpot, prompt))
+    assert out.verdict == verdict, out.why
+    assert out.numbers["prompt_tokens_ratio"] == pytest.approx(prompt, rel=1e-3)
+    if verdict == "inconclusive":
+        assert "prompt tokens per second rose 1.34x" in out.why
+        assert {c.name for c in out.cuts} >= {"PROMPT_LOAD_RATIO", "TPOT_MEDIAN_RATIO"}
