@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -133,9 +134,10 @@ def drill_start(
         params = lab_parameters(server.url, bundle.resolve(), incident)
         click.echo(f"recorded: metrics served by {server.url} (stop with: perfkit lab down {lab_name})")
     runbook = write_runbook(prepared, params)
-    click.echo(
-        f"work the incident in {runbook}, then: perfkit drill check {label} --answer DIRECTION [--version V]"
-    )
+    click.echo(f"work the incident in {runbook}, or run the runbook on it:")
+    click.echo(f"  {run_command(prepared.runbook, prepared.folder / 'run', params or prepared.params)}")
+    where = f" -o {prepared.folder}" if out else ""
+    click.echo(f"then: perfkit drill check {label}{where} --answer DIRECTION [--version V]")
     if start_lab:
         from perfkit.app.lab_open import open_runbook
 
@@ -149,6 +151,17 @@ def _start_live(name: str, out: str | None, speed: float | None, seed: int | Non
     st, p = started.state, started.params
     plan, speed_x = st["plan"], st["speed"]
     click.echo(f"drill {started.label}: live on the simulator at {speed_x:g}x, in {started.folder}")
+    if st.get("speed_asked"):
+        click.echo(
+            f"  this machine kept the drill clock at {st['sustained_asked']:.1f}x of the {st['speed_asked']:g}x asked "
+            f"(measured over {L.PROBE_S:g} s at start, under the drill's load): it runs at {speed_x:g}x instead"
+        )
+    if st.get("sustained", speed_x) < L.HOLD_MIN * speed_x:
+        click.echo(
+            f"  warning: this machine keeps the drill clock at only {st['sustained']:.1f}x: the windows close later "
+            "than said (the engine admits the load on its own clock, so the drill's load holds; "
+            "perfkit drill status says how it goes)"
+        )
     click.echo(f"  first scrape {started.first_scrape_s:.1f} s after the command started")
     click.echo(
         f"  Prometheus: {p['prometheus_url']}  (the drill clock: samples sit at its time, not the wall's)"
@@ -158,15 +171,7 @@ def _start_live(name: str, out: str | None, speed: float | None, seed: int | Non
     )
     wait = (plan["window"][1] - plan["v0"]) / speed_x
     click.echo(f"  the window is complete in about {wait:.0f} s (wall); then run the runbook on it:")
-    logs, out_dir = p["logs"], started.folder / "run"
-    given = {"bundle", "prometheus_url", "start", "end", "baseline_start", "baseline_end", "logs"}
-    given |= {"release_metric", "service"}
-    extra = "".join(f" -p {k}={v}" for k, v in p.items() if k not in given)  # SLOs, GPUs, price
-    click.echo(
-        f"    perfkit run inference_latency -o {out_dir} --prometheus {p['prometheus_url']} --start {p['start']} "
-        f"--end {p['end']} --baseline-start {p['baseline_start']} --baseline-end {p['baseline_end']} "
-        f"--logs {logs} --release-metric {p['release_metric']} --service {p['service']}{extra}"
-    )
+    click.echo(f"    {run_command('inference_latency', started.folder / 'run', p)}")
     click.echo(f"  or open {started.runbook} (parameterized for the live Prometheus)")
     where = f" -o {started.folder}" if out else ""
     click.echo(f"  perfkit drill status {started.label}{where}: what runs, and whether the fault is due")
@@ -178,6 +183,39 @@ def _start_live(name: str, out: str | None, speed: float | None, seed: int | Non
         from perfkit.app.lab_open import open_runbook
 
         open_runbook(str(started.runbook), started.folder, {}, start_lab=True)
+
+
+_RUN_OPTIONS = {
+    "prometheus_url": "--prometheus",
+    "start": "--start",
+    "end": "--end",
+    "baseline_start": "--baseline-start",
+    "baseline_end": "--baseline-end",
+    "logs": "--logs",
+    "deploys": "--deploys",
+    "release_metric": "--release-metric",
+    "service": "--service",
+    "scope": "--scope",
+    "hosts": "--hosts",
+}
+
+
+def run_command(runbook: str, out_dir: Path, params: dict[str, Any]) -> str:
+    """The ``perfkit run`` command that executes ``runbook`` with ``params`` (a drill's runbook
+    parameters: a bundle, or a Prometheus and its windows), every value shell-quoted."""
+    from shlex import quote
+
+    words = ["perfkit", "run", runbook, "-o", quote(str(out_dir))]
+    for key, value in params.items():
+        if value is None or value == "":
+            continue
+        if key == "bundle":
+            words += ["--bundle", quote(str(value))]
+        elif key in _RUN_OPTIONS:
+            words += [_RUN_OPTIONS[key], quote(str(value))]
+        else:  # SLOs, GPUs, price
+            words += ["-p", quote(f"{key}={value}")]
+    return " ".join(words)
 
 
 def _folder(name: str, out: str | None) -> Path:
@@ -231,6 +269,8 @@ def drill_fix(name: str, out: str | None, sets: tuple[str, ...], remedies: tuple
     state = L.read_state(folder)
     wait = max(0.0, (done["after_end_v"] - done["v"]) / state["speed"])
     click.echo(f"before: {done['before']}\nafter:  {done['after']}")
+    if done.get("load"):
+        click.echo(done["load"])
     click.echo(f"in about {wait:.0f} s (wall) the after window is complete; then see whether it worked:")
     click.echo(f"  {done['compare']}")
 
@@ -240,14 +280,30 @@ def drill_fix(name: str, out: str | None, sets: tuple[str, ...], remedies: tuple
 @_OUT
 def drill_status(name: str, out: str | None) -> None:
     """What runs, the drill clock, the windows, and whether the fault is still due or has happened."""
+    import time
+
     from perfkit.app import live_drill as L
 
     folder = _folder(name, out)
     got = L.status(folder)
     st, sup, v = got["state"], got["supervisor"], got["v"]
     for key, alive in got["running"].items():
-        pid = st["processes"][key].get("pid")
-        click.echo(f"{key:>10}: {'running' if alive else 'not running'} (pid {pid})")
+        rec = st["processes"][key]
+        pid = rec.get("pid") if isinstance(rec, dict) else None
+        click.echo(f"{key[:20]:>10}: {'running' if alive else 'not running'} (pid {pid!r:.20})")
+    if got["load_stopped"] and not st.get("stopped"):
+        click.echo(
+            "warning: the drill's load has stopped: no requests reach the engine, so windows from now on "
+            "judge nothing (a drill fix schedules more; or start the drill again)"
+        )
+    rate, at = sup.get("rate"), sup.get("rate_wall")
+    fresh = isinstance(at, int | float) and time.time() - at < 30 and got["running"].get("engine")
+    if isinstance(rate, int | float) and fresh and rate < L.HOLD_MIN * st["speed"] and not st.get("stopped"):
+        click.echo(
+            f"warning: the drill clock ran at {rate:.1f}x, not {st['speed']:g}x, over the last "
+            "10 s: this machine is not keeping up, so the windows close later in wall time than said "
+            "(the engine admits the load on the drill clock: the load itself stays the drill's)"
+        )
     plan = st.get("plan") or {}
     if v is not None:
         click.echo(f"drill clock: {L.iso_at(st, v)} (virtual second {v:.0f}, {st['speed']:g}x)")
@@ -286,8 +342,14 @@ def drill_stop(name: str, out: str | None) -> None:
     """Stop a live drill's processes by PID; its folder (runbook, logs, Prometheus data) stays."""
     from perfkit.app import live_drill as L
 
-    for line in L.stop(_folder(name, out)):
+    lines, malformed = L.stop(_folder(name, out))
+    for line in lines:
         click.echo(line)
+    if malformed:
+        click.echo(
+            "perfkit: error: the drill's state is malformed (above): those entries were left alone", err=True
+        )
+        sys.exit(2)
 
 
 @drill.command("check")
@@ -301,7 +363,7 @@ def drill_check(name: str, direction: str, version: str | None, out: str | None)
     """Grade a trainee's conclusion, then say which incident it was, the evidence to look for and the fix."""
     from perfkit.app.drills import check
 
-    grade = check(name, direction, version)
+    grade = check(name, direction, version, live_params=_live_params(name, out))
     a, f = grade.answer, grade.found
     click.echo(
         ("CORRECT" if grade.correct else "NOT QUITE")
@@ -320,13 +382,34 @@ def drill_check(name: str, direction: str, version: str | None, out: str | None)
         click.echo(f"  - {line}")
     if a.get("fix"):
         click.echo(f"fix: {a['fix']}")
-    if f["direction"] is None:
-        click.echo("perfkit's triage: every direction ruled out (nothing to fix)")
+    on = f" on {f['source']}" if f.get("source") else ""
+    undecided = f.get("inconclusive") or []
+    if f["direction"] is None and not undecided:
+        click.echo(f"perfkit's triage{on}: every direction ruled out (nothing to fix)")
+    elif f["direction"] is None:
+        click.echo(f"perfkit's triage{on}: no direction confirmed; the rest ruled out, but not:")
     else:
-        click.echo(f"perfkit's triage: rank 1 {f['direction']} ({f['verdict']}): {f['why']}")
+        click.echo(f"perfkit's triage{on}: rank 1 {f['direction']} ({f['verdict']}): {f['why']}")
         click.echo(f"  quick check: {f['check']}")
+    for row, why in undecided[:4]:
+        click.echo(f"  inconclusive: {row}: {why}")
     _live_facts(name, out)
     sys.exit(0 if grade.correct else 1)
+
+
+def _live_params(name: str, out: str | None) -> dict[str, Any] | None:
+    """A live drill's runbook parameters (its live Prometheus and windows), None for other drills."""
+    from perfkit.app import live_drill as L
+    from perfkit.errors import ConfigError
+
+    folder = _folder(name, out)
+    if not L.state_path(folder).is_file():
+        return None
+    try:
+        params = L.read_state(folder).get("params")
+    except ConfigError:
+        return None
+    return params if isinstance(params, dict) else None
 
 
 def _live_facts(name: str, out: str | None) -> None:

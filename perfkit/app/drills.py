@@ -184,6 +184,29 @@ def start(
     return prepared.bundle, write_runbook(prepared)
 
 
+def not_live(folder: Path) -> str:
+    """Why ``folder`` has no live drill: none at all, or a drill started without ``--live`` (its
+    label read back from the incident id, ``INC-<date>-<label>``)."""
+    import re
+
+    from perfkit.sources.safeyaml import YamlError, load_yaml
+
+    try:
+        data = load_yaml(folder / "evidence" / "incident.yaml")
+    except (OSError, YamlError):
+        return f"{folder}: no live drill here (perfkit drill start DRILL --live)"
+    m = re.fullmatch(
+        r"INC-\d{8}-([A-Za-z0-9_-]{1,80})", str(data.get("id", "")) if isinstance(data, dict) else ""
+    )
+    label = m.group(1) if m else "DRILL"
+    return (
+        f"{folder}: a drill started without --live (its recorded evidence; no simulator runs): drill "
+        f"fix, status and stop are for live drills. Work it with the runbook in the folder, grade it "
+        f"with perfkit drill check {label} -o {folder} --answer DIRECTION; a --recorded drill's "
+        f"Prometheus stops with perfkit lab down prometheus-{label}"
+    )
+
+
 def runbook_for(bundle: Path) -> str:
     """training_step for a training job's bundle (its loop exports train_*), else inference_latency."""
     for om in sorted((bundle / "metrics").glob("*.om")):
@@ -191,6 +214,68 @@ def runbook_for(bundle: Path) -> str:
             if "train_step_duration_seconds" in fh.read(1 << 20):
                 return "training_step"
     return "inference_latency"
+
+
+def live_runbook(
+    drill: Drill, label: str, folder: Path, state: dict[str, Any], root: Path
+) -> tuple[Path, dict[str, Any]]:
+    """A live drill's ``evidence/incident.yaml`` (its windows on the drill clock, naming no answer)
+    and runbook, parameterized for its live Prometheus; the parameters go into its state too."""
+    import yaml
+
+    from perfkit.app.drill_evidence import Leaks
+    from perfkit.app.live_drill import iso_at, stamp, write_state
+    from perfkit.sources.incident_file import read_incident
+
+    recorded = read_incident(drill.path / "incident.yaml")
+    answer = answer_of(drill)
+    plan = state["plan"]
+    names = {d.name for d in drills(root)} | set(REGISTRY.values())
+    names |= {str(answer[k]) for k in ("scenario", "base_scenario") if answer.get(k)}
+    leaks = Leaks.of(names, TABLE_IDS, label)
+    window = {"start": iso_at(state, plan["window"][0]), "end": iso_at(state, plan["window"][1])}
+    baseline = {"start": iso_at(state, plan["baseline"][0]), "end": iso_at(state, plan["baseline"][1])}
+    incident = {
+        "id": f"INC-{stamp(state, plan['window'][0]):%Y%m%d}-{label}",
+        "title": leaks.text(str(answer.get("brief") or recorded.title)),
+        "service": recorded.service,
+        "model": state["model"],
+        "window": window,
+        "baseline": baseline,
+        "slo": dict(recorded.slo),
+        "hardware": {
+            "gpu": state["gpu"],
+            "count": state["gpus"],
+            "usd_per_gpu_hour": recorded.hardware.usd_per_gpu_hour,
+        },
+    }
+    (folder / "evidence" / "incident.yaml").write_text(yaml.safe_dump(incident, sort_keys=False))
+    params: dict[str, Any] = {
+        "bundle": "",
+        "prometheus_url": state["urls"]["prometheus"],
+        "start": window["start"],
+        "end": window["end"],
+        "baseline_start": baseline["start"],
+        "baseline_end": baseline["end"],
+        "service": recorded.service,
+        "logs": str((folder / "evidence" / "logs").resolve()),
+        "release_metric": "build_info:version",
+    }
+    params.update(
+        {
+            f"slo_{k}": v
+            for k, v in recorded.slo.items()
+            if k in ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s")
+        }
+    )
+    params["gpu_count"] = state["gpus"]  # the tensor-parallel size: the decode roofline needs it
+    if recorded.hardware.usd_per_gpu_hour:
+        params["usd_per_gpu_hour"] = recorded.hardware.usd_per_gpu_hour
+    state["params"] = params
+    write_state(folder, state)
+    scenarios = tuple(sorted(names))
+    prepared = Prepared(drill, label, folder, folder / "evidence", "inference_latency", params, [], scenarios)
+    return write_runbook(prepared, params), params
 
 
 @dataclass
@@ -203,9 +288,18 @@ class Grade:
     label: str = ""
 
 
-def check(name: str, direction: str, version: str | None = None, *, root: Path = SCENARIOS) -> Grade:
+def check(
+    name: str,
+    direction: str,
+    version: str | None = None,
+    *,
+    root: Path = SCENARIOS,
+    live_params: dict[str, Any] | None = None,
+) -> Grade:
     """Grade ``direction`` (and ``version``) for drill ``name``; the answer key comes back in the
-    grade, for the caller to show after the verdict. An unknown direction is refused first."""
+    grade, for the caller to show after the verdict. An unknown direction is refused first. The
+    triage quoted is the recorded incident's, or, for a live drill (``live_params``: its runbook
+    parameters), the live Prometheus' when it answers."""
     if direction not in (*DIRECTIONS, "none"):
         raise ConfigError(f"unknown direction {direction!r}: one of {', '.join(DIRECTIONS)} or none")
     drill, label = resolve(name, root)
@@ -213,18 +307,58 @@ def check(name: str, direction: str, version: str | None = None, *, root: Path =
     correct = direction == answer["direction"]
     want_version = answer.get("suspect_version")
     version_correct = None if want_version is None else (version == want_version)
-    from perfkit.triage.table import triage_bundle
+    found = None
+    if live_params is not None:  # a live drill: what the triage sees on its live Prometheus
+        found = live_found(live_params)
+    if found is None:
+        from perfkit.triage.table import triage_bundle
 
-    scope = answer.get("scope")  # a fleet drill: which workload was paged about, as grading passes it
-    result = triage_bundle(drill.path, scope=str(scope) if scope else None)
+        scope = answer.get("scope")  # a fleet drill: which workload was paged about, as grading passes it
+        found = triage_found(triage_bundle(drill.path, scope=str(scope) if scope else None))
+        if live_params is not None:
+            found["source"] = "the recorded incident (the live Prometheus did not answer)"
+    return Grade(correct and version_correct is not False, version_correct, answer, found, drill, label)
+
+
+def triage_found(result: Any) -> dict[str, Any]:
+    """What perfkit's triage concluded: rank 1 (None when it was ruled out: then every row was) and
+    its verification, the suspect version, and the rows that apply to the workload but could not be
+    checked (``inconclusive``: (direction, why)), so "every direction ruled out" is said only when
+    it is true."""
     top = result.top
-    if top is not None and top.verification.verdict == "ruled_out":  # every row ruled out: no direction
+    if top is not None and top.verification.verdict == "ruled_out":
         top = None
-    found = {
+    open_rows = [
+        (r.row.direction, r.verification.why)
+        for r in result.results
+        if r.verification.verdict == "inconclusive" and getattr(r, "applies", True) and r is not top
+    ]
+    return {
         "direction": top.row.direction if top else None,
         "verdict": top.verification.verdict if top else None,
         "why": top.verification.why if top else "",
         "check": top.row.check if top else "",
         "suspect_version": result.suspect_version,
+        "inconclusive": open_rows,
+        "source": "",
     }
-    return Grade(correct and version_correct is not False, version_correct, answer, found, drill, label)
+
+
+def live_found(params: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`triage_found` on a live drill's Prometheus with its runbook parameters (what the
+    trainee's ``perfkit run`` saw); None when that Prometheus does not answer."""
+    from perfkit.app.live_drill import http
+    from perfkit.errors import PerfkitError
+    from perfkit.sources.live import IncidentParams, open_live
+    from perfkit.triage.table import triage_evidence
+
+    try:
+        if http(f"{params.get('prometheus_url')}/-/ready", timeout=2.0)[0] != 200:
+            return None
+        wanted = IncidentParams.from_mapping(params)
+        incident = wanted.incident()
+        ev = open_live(wanted.live_config(), incident)
+        result = triage_evidence(ev.engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing)
+    except (PerfkitError, OSError):
+        return None
+    return {**triage_found(result), "source": f"the live Prometheus ({params.get('prometheus_url')})"}

@@ -2,33 +2,33 @@
 serving-engine simulator, and the trainee works it on a real Prometheus, applies a fix and sees the
 before/after.
 
-**What runs** (every process detached, on free 127.0.0.1 ports, recorded in ``<folder>/.live/
-state.json`` (0600) by PID, argv and start time, and stopped by :func:`stop` only while each PID is
-still that process (:class:`perfkit.lab.servers.Spawned`, :class:`~perfkit.lab.servers.LabServer`)):
+**What runs** (detached, on free 127.0.0.1 ports, recorded in ``<folder>/.live/state.json`` (0600, in
+a 0700 folder, written through a fresh temporary file) by PID, argv and start time; stopped only once
+identified as ``perfkit lab down`` identifies its servers: binary, the argument naming this drill's
+``.live``, argv and start time (:mod:`perfkit.app.live_drill_clock`)):
 
 * ``engine``: ``perfkit lab serve --engine-config .live/engine.yaml --speed S`` (the drill's engine,
   :mod:`perfkit.app.live_drill_specs`), its admin token generated here, handed to it in the
-  environment variable :data:`TOKEN_ENV` and kept in ``.live/admin-token`` (0600);
-* ``load``: ``perfkit bench --replay .live/traffic.jsonl --time-scale S``: the drill's requests;
-* ``clock``: this module's supervisor (``python -m perfkit.app.live_drill supervise .live``): it
-  serves the engine's ``/metrics`` to Prometheus stamped with the drill clock, copies the engine's
-  log lines into ``evidence/logs/vllm.log`` on the same clock, and switches the fault on at its
-  minute (``POST /admin/faults``). The fault and its time are read from the state file, never
-  from a command line, so ``ps`` names no answer;
-* ``prometheus``: a real Prometheus scraping the supervisor every 15 virtual seconds
-  (:func:`perfkit.lab.servers.start_scraping`), the vLLM and DCGM-like series of the engine.
+  environment variable :data:`TOKEN_ENV`, kept in ``.live/admin-token`` (0600) and sent to loopback
+  URLs only (:func:`loopback_url`);
+* ``load``: ``perfkit bench --replay .live/traffic.jsonl --time-scale S``: the drill's requests, for
+  at least 15 wall minutes (``live_drill_specs.life_for``); a fix whose after window the load would
+  not cover schedules more of it;
+* ``clock``: the supervisor (``python -m perfkit.app.live_drill supervise .live``): serves the engine's
+  ``/metrics`` stamped with the drill clock, copies the engine's log into ``evidence/logs/vllm.log``
+  on that clock, switches the fault on at its minute, and measures the clock's pace. The fault is
+  read from the state file, never from a command line, so ``ps`` names no answer;
+* ``prometheus``: a real Prometheus scraping the supervisor every 15 virtual seconds.
 
-**The drill clock.** The simulator runs S times faster than the wall clock (``--speed``), so that a
-25-minute incident window passes in 25/S minutes; its histograms hold virtual seconds. Prometheus
-stores each sample at ``anchor + virtual seconds``: the supervisor adds that timestamp to every
-sample (Prometheus honours a target's timestamps). Prometheus refuses samples from the future, so the
-anchor lies in the past by what the clock will gain over the drill's length, ``(S-1)/S x (duration +
-10 min)``; at ``--speed 1`` the drill clock is the wall clock. Windows, the fault's time and fixes
-are printed and stored on the drill clock; ``drill status`` shows where it stands.
-
-**Names.** The folder, the incident id (``INC-<date>-drill-24``), the runbook and the process
-titles carry the drill's id only (:mod:`perfkit.app.drills`); what names the cause is in the 0600
-state file until ``drill check``.
+**The drill clock.** The simulator runs S times faster than the wall clock (``--speed``); when the
+machine cannot keep up its clock stands still for what it is late by, and the wall-timed load then
+lands denser in virtual time than the drill's. ``drill start`` watches the clock for
+:data:`PROBE_S` under the load and, when it kept less than :data:`HOLD_MIN` of S, starts again at a
+speed it did keep (and says so). Prometheus stores each sample at ``anchor + virtual seconds`` (the
+supervisor stamps them); it refuses samples from the future, so the anchor lies in the past by what
+the clock gains over the drill's life and ten minutes. Windows, the fault's time and fixes are on
+the drill clock. **Names**: the folder, the incident id, the runbook and the process titles carry
+the drill's id only; what names the cause is in the 0600 state file until ``drill check``.
 """
 
 from __future__ import annotations
@@ -38,16 +38,28 @@ import json
 import os
 import re
 import secrets
+import stat as stat_
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perfkit.app.live_drill_specs import REMEDIES, LiveSpec, Timing, request_log, spec_for
+from perfkit.app.live_drill_specs import (
+    REMEDIES,
+    LiveSpec,
+    Timing,
+    capped_speed,
+    is_number,
+    life_for,
+    offset_for,
+    request_log,
+    spec_for,
+    state_problem,
+)
 from perfkit.core.resources import SCENARIOS
 from perfkit.errors import ConfigError, SourceError
 
@@ -64,7 +76,12 @@ FIRST_SCRAPE_S = 30.0
 (the target is 10 s: this is the error path on a loaded machine)."""
 STARTUP_S = 30.0  # the simulator's start: importing aiohttp and numpy takes 1-3 s on a busy laptop
 _VIRTUAL = re.compile(r"^perfkit_lab_servesim_virtual_seconds ([0-9.eE+-]+)$", re.MULTILINE)
-_LOG_STAMP = re.compile(r"^(\(\S+ pid=\d+\) \w+ )(\d\d-\d\d \d\d:\d\d:\d\d)( .*)$", re.DOTALL)
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+PROBE_S = 3.0
+"""Wall seconds ``drill start`` watches the drill clock under the drill's load: a machine that runs
+it slower than ``--speed`` (the simulator's clock held back) gets a lower speed it does sustain."""
+HOLD_MIN = 0.9  # the share of --speed the clock must keep to count as held
+MAX_STATE_BYTES = 4 << 20
 
 
 # -- small shared pieces --------------------------------------------------------------------------
@@ -74,11 +91,34 @@ def _opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
 
 
+def loopback_url(url: Any, what: str) -> str:
+    """``url`` when it is ``http://`` on 127.0.0.1, ::1 or localhost, else ConfigError: a drill talks
+    to its own local processes only, and its admin token goes nowhere else (a state file that
+    names another host was edited)."""
+    from urllib.parse import urlsplit
+
+    host = None
+    if isinstance(url, str):
+        with contextlib.suppress(ValueError):
+            parts = urlsplit(url)
+            _ = parts.port  # a port that is no number: ValueError
+            host = parts.hostname if parts.scheme == "http" and not parts.username else None
+    if host not in LOOPBACK_HOSTS:
+        shown = repr(url)[:80] if isinstance(url, str) else type(url).__name__
+        raise ConfigError(
+            f"{what} {shown}: not a loopback URL (http://127.0.0.1, [::1] or localhost); a live drill "
+            "sends its admin token and its queries to its own local processes only"
+        )
+    return str(url).rstrip("/")
+
+
 def http(url: str, *, body: Any = None, token: str = "", timeout: float = 5.0) -> tuple[int, str]:
-    """(status, text) of a GET (or a JSON POST when ``body`` is given) to a local server; SourceError
-    naming the URL when it cannot be reached."""
+    """(status, text) of a GET (or a JSON POST when ``body`` is given) to a local server (a
+    loopback URL, :func:`loopback_url`, checked before anything is sent); SourceError naming the URL
+    when it cannot be reached."""
     import urllib.error
 
+    loopback_url(url, "refusing to send the admin token to" if token else "refusing to query")
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
     if body is not None:
@@ -117,29 +157,62 @@ def state_path(folder: Path) -> Path:
 
 
 def read_state(folder: Path) -> dict[str, Any]:
-    """The live drill's state, or ConfigError when ``folder`` holds none."""
+    """The live drill's state, or ConfigError (one line) when ``folder`` holds none or a malformed
+    one (a state file is JSON anyone may edit: every field used is checked here)."""
+    from perfkit.sources.safeio import RefusedFile, read_capped
+
     path = state_path(folder)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, MAX_STATE_BYTES).decode("utf-8", errors="replace")
     except FileNotFoundError:
-        raise ConfigError(f"{folder}: no live drill here (perfkit drill start DRILL --live)") from None
+        from perfkit.app.drills import not_live
+
+        raise ConfigError(not_live(folder)) from None
+    except (RefusedFile, OSError) as exc:
+        raise ConfigError(f"{path}: unreadable live-drill state ({exc})") from None
     try:
         state = json.loads(text)
     except ValueError:
-        raise ConfigError(f"{path}: unreadable live-drill state") from None
-    if not isinstance(state, dict) or not isinstance(state.get("anchor"), int | float):
-        raise ConfigError(f"{path}: not a live-drill state")
+        raise ConfigError(f"{path}: unreadable live-drill state (not JSON)") from None
+    if not isinstance(state, dict):
+        raise ConfigError(f"{path}: not a live-drill state (a JSON object)")
+    problem = state_problem(state, MAX_SPEED)
+    if problem:
+        raise ConfigError(f"{path}: malformed live-drill state: {problem}; nothing done")
     return state
 
 
+def write_private(live: Path, name: str, text: str) -> None:
+    """``live/name`` replaced atomically: ``text`` goes to a new temporary file (a random name,
+    ``O_EXCL | O_NOFOLLOW``, 0600: a link planted there is never followed, nothing is truncated)
+    in ``live``, opened once as a real folder of this user and made 0700, then renamed over ``name``."""
+    try:
+        dfd = os.open(live, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ConfigError(f"{live}: not a folder of this drill ({exc.strerror}); nothing written") from None
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid != os.getuid():
+            raise ConfigError(f"{live}: owned by another user; nothing written")
+        if stat_.S_IMODE(st.st_mode) != 0o700:
+            os.fchmod(dfd, 0o700)  # private: only this user lists, creates or renames in it
+        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+    finally:
+        os.close(dfd)
+
+
 def write_state(folder: Path, state: dict[str, Any]) -> None:
-    """Atomically, 0600 (it holds the fault and the ports)."""
-    path = state_path(folder)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(state, fh, indent=1)
-    os.replace(tmp, path)
+    """Atomically, 0600, in the 0700 ``.live`` (it holds the fault and the ports): :func:`write_private`."""
+    write_private(folder / STATE_DIR, "state.json", json.dumps(state, indent=1))
 
 
 def supervisor_facts(folder: Path) -> dict[str, Any]:
@@ -176,13 +249,6 @@ class Started:
     state: dict[str, Any]
 
 
-def offset_for(speed: float, timing: Timing) -> float:
-    """How far in the past the drill clock starts: what it gains on the wall clock over the drill and
-    ten minutes more, in whole minutes (0 at speed 1)."""
-    gain = (speed - 1.0) / speed * (timing.duration + 600.0)
-    return float(-(-gain // 60) * 60)
-
-
 def start(
     name: str,
     out: Path | None = None,
@@ -195,7 +261,10 @@ def start(
     """Start drill ``name`` live (see the module docstring); returns once Prometheus holds the
     engine's first sample and the traffic has reached the engine. Anything that fails on the way is
     stopped again by PID."""
-    from perfkit.app.drills import DEFAULT_FOLDER, resolve, runbook_for
+    import shutil
+
+    from perfkit.app.drills import DEFAULT_FOLDER, live_runbook, resolve, runbook_for
+    from perfkit.app.live_drill_clock import measure_pace, stop_processes
 
     t0 = time.monotonic()
     if not 1.0 <= speed <= MAX_SPEED:
@@ -210,23 +279,33 @@ def start(
     from perfkit.lab.servers import binary
 
     binary("prometheus")  # a missing server fails before anything is written
-    live = folder / STATE_DIR
-    live.mkdir(parents=True, mode=0o700)
-    (folder / "evidence" / "logs").mkdir(parents=True)
-    state: dict[str, Any] = {"label": label, "seed": seed, "speed": speed, "processes": {}, "fixes": []}
-    try:
-        _launch(spec, timing, folder, state)
-        first = time.monotonic() - t0
-        state["first_scrape_s"] = round(first, 2)
-        _plan(spec, timing, folder, state)
-        runbook, params = _write_runbook(drill, label, folder, state, root)
-    except BaseException as exc:
-        _stop_all(folder, state, lambda _line: None)
-        kept = _set_aside(folder)
-        again = "the drill can be started again" if kept != folder else "remove it to start again"
-        exc.add_note(f"the failed start's files are in {kept}; {again}")
-        raise
-    return Started(label, folder, runbook, params, first, state)
+    asked, first_pace = speed, speed
+    while True:
+        (folder / STATE_DIR).mkdir(parents=True, mode=0o700)
+        (folder / "evidence" / "logs").mkdir(parents=True)
+        state: dict[str, Any] = {"label": label, "seed": seed, "speed": speed, "processes": {}, "fixes": []}
+        try:
+            _launch(spec, timing, folder, state)
+            first = time.monotonic() - t0
+            state["first_scrape_s"] = round(first, 2)
+            _plan(spec, timing, folder, state)
+            state["sustained"] = round(measure_pace(state["urls"]["engine"], PROBE_S), 2)
+            lower = capped_speed(speed, state["sustained"], HOLD_MIN) if speed == asked else None
+            if lower is None or lower >= speed:
+                if speed != asked:
+                    state.update(speed_asked=asked, sustained_asked=first_pace)
+                runbook, params = live_runbook(drill, label, folder, state, root)
+                return Started(label, folder, runbook, params, first, state)
+        except BaseException as exc:
+            stop_processes(folder, state, lambda _line: None)
+            kept = _set_aside(folder)
+            again = "the drill can be started again" if kept != folder else "remove it to start again"
+            exc.add_note(f"the failed start's files are in {kept}; {again}")
+            raise
+        # the machine did not hold the speed asked: start again, once, at one it sustains
+        stop_processes(folder, state, lambda _line: None)
+        shutil.rmtree(folder)
+        speed, t0, first_pace = float(lower or 1.0), time.monotonic(), state["sustained"]
 
 
 def _set_aside(folder: Path) -> Path:
@@ -246,25 +325,28 @@ def _set_aside(folder: Path) -> Path:
 def _launch(spec: LiveSpec, timing: Timing, folder: Path, state: dict[str, Any]) -> None:
     import yaml
 
+    from perfkit.app.live_drill_clock import pace_arrivals
     from perfkit.lab.servers import Spawned, free_port, start_scraping
     from perfkit.lab.servesim.config import load_config
 
-    live, speed = folder / STATE_DIR, float(state["speed"])
+    live, speed = folder.resolve() / STATE_DIR, float(state["speed"])  # argv names it whole: stop checks it
+    life = life_for(speed, timing)
     token = secrets.token_urlsafe(32)
-    fd = os.open(live / "admin-token", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(live / "admin-token", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(token)
     engine_yaml = live / "engine.yaml"
     engine_yaml.write_text(yaml.safe_dump(spec.engine, sort_keys=False))
     cfg = load_config(engine_yaml)  # a spec the simulator would refuse fails here, naming the field
     with (live / "traffic.jsonl").open("w") as fh:
-        for row in request_log(spec.traffic, timing.duration, state["seed"]):
+        for row in request_log(spec.traffic, life, state["seed"]):
             fh.write(json.dumps(row) + "\n")
     ports = {k: free_port() for k in ("engine", "clock")}
     urls = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
     state.update(urls=urls, engine=spec.engine, fault=spec.fault, timing=asdict(timing), plan=None)
+    state["traffic"] = asdict(spec.traffic)  # more of it is replayed after a fix if the load stopped
     state.update(model=cfg.served_model_name, gpu=cfg.gpu.name, gpus=cfg.tensor_parallel_size)
-    state.update(offset_s=offset_for(speed, timing), anchor=0.0)  # 0: not known yet
+    state.update(offset_s=offset_for(speed, timing), anchor=0.0, life=life)  # anchor 0: not known yet
     write_state(folder, state)
     engine = _spawn(
         [sys.executable, "-m", "perfkit.app.serve_cli", f"--engine-config={engine_yaml}",
@@ -296,16 +378,29 @@ def _launch(spec: LiveSpec, timing: Timing, folder: Path, state: dict[str, Any])
     v = _wait_healthy(urls["engine"], engine)
     state["anchor"] = time.time() - v / speed - state["offset_s"]
     write_state(folder, state)
-    (live / "load").mkdir()
+    pace_arrivals(folder, state)
+    (live / "load").mkdir(mode=0o700)
+    _start_load(folder, state, "bench.json")
+    _wait_first_sample(state)
+
+
+def _start_load(
+    folder: Path, state: dict[str, Any], out: str, *, key: str = "load", length: float = 0.0
+) -> None:
+    """The load generator replaying ``.live/traffic.jsonl`` (``length`` virtual seconds of it) at the
+    drill's speed, recorded as ``key``; ``load_until_v``: the virtual second its replay ends."""
+    from perfkit.lab.servers import Spawned
+
+    live, speed, url = folder.resolve() / STATE_DIR, float(state["speed"]), state["urls"]["engine"]
+    state["load_until_v"] = virtual_now(url) + (length or float(state["life"]))
     load = _spawn(
-        [sys.executable, "-m", "perfkit", "bench", f"--url={urls['engine']}", f"--model={cfg.served_model_name}",
+        [sys.executable, "-m", "perfkit", "bench", f"--url={url}", f"--model={state['model']}",
          f"--replay={live / 'traffic.jsonl'}", f"--time-scale={speed:g}", "--no-calibrate", "--quiet",
-         "--warmup=0", "--no-metrics", "--timeout=3600", f"--out={live / 'load' / 'bench.json'}"],
+         "--warmup=0", "--no-metrics", "--timeout=3600", f"--out={live / 'load' / out}"],
         live / "load.out",
     )  # fmt: skip
-    state["processes"]["load"] = Spawned.of("load", load).as_dict()
+    state["processes"][key] = Spawned.of(key, load).as_dict()
     write_state(folder, state)
-    _wait_first_sample(state)
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen) -> float:
@@ -367,70 +462,9 @@ def _plan(spec: LiveSpec, timing: Timing, folder: Path, state: dict[str, Any]) -
         "baseline": [base0, win0],
         "window": [win0, win0 + timing.window],
         "fault_at": win0 + 60.0 * minute,
-        "end": v0 + timing.duration,
+        "end": v0 + float(state.get("life") or timing.duration),
     }
     write_state(folder, state)
-
-
-def _write_runbook(
-    drill: Any, label: str, folder: Path, state: dict[str, Any], root: Path
-) -> tuple[Path, dict[str, Any]]:
-    import yaml
-
-    from perfkit.app.drill_evidence import Leaks
-    from perfkit.app.drill_ids import REGISTRY
-    from perfkit.app.drills import TABLE_IDS, Prepared, answer_of, drills, write_runbook
-    from perfkit.sources.incident_file import read_incident
-
-    recorded = read_incident(drill.path / "incident.yaml")
-    answer = answer_of(drill)
-    plan = state["plan"]
-    names = {d.name for d in drills(root)} | set(REGISTRY.values())
-    names |= {str(answer[k]) for k in ("scenario", "base_scenario") if answer.get(k)}
-    leaks = Leaks.of(names, TABLE_IDS, label)
-    window = {"start": iso_at(state, plan["window"][0]), "end": iso_at(state, plan["window"][1])}
-    baseline = {"start": iso_at(state, plan["baseline"][0]), "end": iso_at(state, plan["baseline"][1])}
-    incident = {
-        "id": f"INC-{stamp(state, plan['window'][0]):%Y%m%d}-{label}",
-        "title": leaks.text(str(answer.get("brief") or recorded.title)),
-        "service": recorded.service,
-        "model": state["model"],
-        "window": window,
-        "baseline": baseline,
-        "slo": dict(recorded.slo),
-        "hardware": {
-            "gpu": state["gpu"],
-            "count": state["gpus"],
-            "usd_per_gpu_hour": recorded.hardware.usd_per_gpu_hour,
-        },
-    }
-    (folder / "evidence" / "incident.yaml").write_text(yaml.safe_dump(incident, sort_keys=False))
-    params: dict[str, Any] = {
-        "bundle": "",
-        "prometheus_url": state["urls"]["prometheus"],
-        "start": window["start"],
-        "end": window["end"],
-        "baseline_start": baseline["start"],
-        "baseline_end": baseline["end"],
-        "service": recorded.service,
-        "logs": str((folder / "evidence" / "logs").resolve()),
-        "release_metric": "build_info:version",
-    }
-    params.update(
-        {
-            f"slo_{k}": v
-            for k, v in recorded.slo.items()
-            if k in ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s")
-        }
-    )
-    params["gpu_count"] = state["gpus"]  # the tensor-parallel size: the decode roofline needs it
-    if recorded.hardware.usd_per_gpu_hour:
-        params["usd_per_gpu_hour"] = recorded.hardware.usd_per_gpu_hour
-    state["params"] = params
-    write_state(folder, state)
-    scenarios = tuple(sorted(names))
-    prepared = Prepared(drill, label, folder, folder / "evidence", "inference_latency", params, [], scenarios)
-    return write_runbook(prepared, params), params
 
 
 # -- fix, status, stop ----------------------------------------------------------------------------
@@ -455,7 +489,8 @@ def fix(folder: Path, changes: dict[str, str], remedies: tuple[str, ...] = ()) -
         engine.update(earlier.get("set") or {})
     if changes:  # refused here with the field's name before anything is sent
         with_changes(config_from_dict(engine, "engine config"), dict(changes), "--set")
-    url, token = state["urls"]["engine"], (folder / STATE_DIR / "admin-token").read_text().strip()
+    url = loopback_url(state.get("urls", {}).get("engine"), "refusing to send the admin token to")
+    token = (folder / STATE_DIR / "admin-token").read_text().strip()
     if changes:
         status, text = http(f"{url}/admin/config", body={"set": changes}, token=token)
         if status != 200:
@@ -470,8 +505,12 @@ def fix(folder: Path, changes: dict[str, str], remedies: tuple[str, ...] = ()) -
     v = virtual_now(url)
     record = {"v": v, "at": iso_at(state, v), "set": dict(changes), "remedies": list(remedies)}
     state.setdefault("fixes", []).append(record)
+    windows = before_after(state, supervisor_facts(folder), v)
+    from perfkit.app.live_drill_clock import keep_load
+
+    record["load"] = keep_load(folder, state, v, windows["after_end_v"])
     write_state(folder, state)
-    return {**record, **before_after(state, supervisor_facts(folder), v)}
+    return {**record, **windows}
 
 
 def _message(text: str) -> str:
@@ -504,83 +543,38 @@ def before_after(state: dict[str, Any], sup: dict[str, Any], fix_v: float) -> di
 def status(folder: Path) -> dict[str, Any]:
     """What runs, the drill clock, the windows, and whether the fault is due or was injected (not
     which fault: that is for ``drill check``)."""
-    from perfkit.lab.servers import LabServer, Spawned
-
     state = read_state(folder)
-    sup = supervisor_facts(folder)
-    running = {}
-    for key, rec in state.get("processes", {}).items():
-        proc = LabServer(**rec) if key == "prometheus" else Spawned(**rec)
-        running[key] = bool(proc.pid) and (
-            proc.running() if isinstance(proc, Spawned) else _lab_running(proc)
-        )
-    out: dict[str, Any] = {"state": state, "running": running, "supervisor": sup, "v": None}
+    from perfkit.app.live_drill_clock import running_processes
+
+    running = running_processes(folder, state)
+    out: dict[str, Any] = {"state": state, "running": running, "v": None}
+    out["supervisor"] = supervisor_facts(folder)
     if running.get("engine"):
-        with contextlib.suppress(SourceError):
+        with contextlib.suppress(SourceError, ConfigError):
             out["v"] = virtual_now(state["urls"]["engine"])
+    loads = [alive for key, alive in running.items() if key.startswith("load")]
+    until = state.get("load_until_v")
+    out["load_stopped"] = (
+        bool(loads) and not any(loads) or (out["v"] is not None and is_number(until) and out["v"] > until)
+    )
     return out
 
 
-def _lab_running(server: Any) -> bool:
-    from perfkit.lab.servers import process_identity
-
-    identity = process_identity(server.pid) if not server.problem() else None
-    return identity is not None and server._refusal(*identity) is None
-
-
-def stop(folder: Path) -> list[str]:
+def stop(folder: Path) -> tuple[list[str], bool]:
     """Stop every process of the drill by PID (the load first, so it writes what it measured); the
-    folder, the Prometheus data and the logs stay. Returns a line per process."""
+    folder, the Prometheus data and the logs stay. Returns a line per process, and whether an
+    entry of the state was malformed (nothing signalled for it)."""
+    from perfkit.app.live_drill_clock import stop_processes
+
     state = read_state(folder)
     lines: list[str] = []
-    _stop_all(folder, state, lines.append)
+    malformed = stop_processes(folder, state, lines.append)
     state["stopped"] = True
     write_state(folder, state)
-    return lines
-
-
-def _stop_all(folder: Path, state: dict[str, Any], say: Any, skip: tuple[str, ...] = ()) -> None:
-    """Stop the recorded processes by PID, the load first (SIGINT: the load generator writes what
-    it measured), then the supervisor, the simulator and Prometheus; ``skip``: keys left running."""
-    import signal
-
-    from perfkit.lab.servers import LabServer, NotOurProcess, Spawned
-
-    procs = state.get("processes", {})
-    for key in ("load", "clock", "engine", "prometheus"):
-        rec = procs.get(key)
-        if not rec or key in skip:
-            continue
-        try:
-            if key == "prometheus":
-                was = LabServer(**rec).stop()
-            elif key == "load":
-                was = Spawned(**rec).stop(timeout_s=15.0, first=signal.SIGINT)
-            else:
-                was = Spawned(**rec).stop(timeout_s=10.0)
-        except (NotOurProcess, TypeError) as exc:
-            say(f"{key}: {exc}")
-            continue
-        pid = rec.get("pid")
-        say(f"stopped {key} (pid {pid})" if was else f"{key} was not running (pid {pid})")
+    return lines, malformed
 
 
 # -- the supervisor: drill clock, logs, the fault ----------------------------------------------------
-
-
-def restamp(line: str, shift_s: float) -> str:
-    """A vLLM log line with its ``MM-DD HH:MM:SS`` stamp moved by ``shift_s`` seconds (the year is
-    this year's: the log format has none); other lines unchanged."""
-    m = _LOG_STAMP.match(line)
-    if not m:
-        return line
-    year = datetime.now(UTC).year
-    try:
-        when = datetime.strptime(f"{year}-{m.group(2)}", "%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return line
-    moved = when + timedelta(seconds=shift_s)
-    return f"{m.group(1)}{moved:%m-%d %H:%M:%S}{m.group(3)}"
 
 
 def supervise(live: Path) -> None:

@@ -18,6 +18,14 @@ the 0600 state file), that does three things until SIGTERM:
   the state's fault body and the admin token; the virtual second it took effect goes to
   ``.live/supervisor.json`` (a failure is recorded there and retried next tick).
 
+Its pace (virtual seconds per wall second over the last :data:`LAG_WINDOW_S`) goes to
+``supervisor.json`` for ``drill status``.
+
+This module also identifies and stops the drill's processes (:func:`stop_processes`, for ``drill
+stop``, a failed start and the supervisor: binary, the argument naming this drill's ``.live``, argv
+and a recorded start time, through :func:`perfkit.lab.servers.identity_refusal`), and keeps its load
+going through a fix's after window (:func:`keep_load`).
+
 A forgotten drill does not run for ever: once the virtual clock passes the plan's end by
 :data:`GRACE_S` (the drill clock would soon overtake the wall clock), or when the drill's folder is
 gone, the supervisor stops the load generator, the simulator and Prometheus by PID (as ``drill
@@ -29,16 +37,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
+import re
 import signal
+import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from perfkit.app.live_drill import _VIRTUAL, _stop_all, read_state, restamp, state_path, write_state
+from perfkit.app.live_drill import (
+    _VIRTUAL,
+    STATE_DIR,
+    SourceError,
+    _message,
+    _start_load,
+    http,
+    iso_at,
+    loopback_url,
+    read_state,
+    state_path,
+    virtual_now,
+    write_private,
+    write_state,
+)
+from perfkit.app.live_drill_specs import Traffic, request_log
+from perfkit.errors import ConfigError
 
 TICK_S = 0.25
 """How often the log is copied and the fault's time checked: 0.25 wall s is 7.5 virtual s at --speed 30,
@@ -51,6 +77,184 @@ SILENT_S = 60.0
 died): the other processes are stopped rather than left serving nothing."""
 LOG_CHUNK = 1 << 20  # a stats line every 10 virtual s is ~200 B: 1 MiB a tick is never the limit
 FETCH_TIMEOUT_S = 5.0
+LAG_WINDOW_S = 10.0
+"""Wall seconds over which the supervisor measures how fast the drill clock runs (``.live/
+supervisor.json`` ``rate``): ``drill status`` warns when it falls behind ``--speed``."""
+_LOG_STAMP = re.compile(r"^(\(\S+ pid=\d+\) \w+ )(\d\d-\d\d \d\d:\d\d:\d\d)( .*)$", re.DOTALL)
+
+
+def restamp(line: str, shift_s: float) -> str:
+    """A vLLM log line with its ``MM-DD HH:MM:SS`` stamp moved by ``shift_s`` seconds (the year is
+    this year's: the log format has none); other lines unchanged."""
+    m = _LOG_STAMP.match(line)
+    if not m:
+        return line
+    year = datetime.now(UTC).year
+    try:
+        when = datetime.strptime(f"{year}-{m.group(2)}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return line
+    moved = when + timedelta(seconds=shift_s)
+    return f"{m.group(1)}{moved:%m-%d %H:%M:%S}{m.group(3)}"
+
+
+# -- the drill's processes: identified, stopped, the load kept going (drill stop, fix, the supervisor) --
+
+
+def running_processes(folder: Path, state: dict[str, Any]) -> dict[str, bool]:
+    """Each recorded process: whether it runs and is this drill's (:func:`_ours`)."""
+    from perfkit.lab.servers import process_identity
+
+    out = {}
+    for key, rec in state["processes"].items():
+        proc, why, _ = _ours(folder, key, rec)
+        out[key] = proc is not None and why is None and process_identity(proc.pid) is not None
+    return out
+
+
+#: the argument naming this drill's own ``.live`` folder in each process's argv (its "data dir")
+_MARKS = {
+    "engine": "--engine-config={live}/engine.yaml",
+    "clock": "{live}",
+    "load": "--replay={live}/traffic.jsonl",
+}
+
+
+def _ours(folder: Path, key: str, rec: Any) -> tuple[Any, str | None, bool]:
+    """(the process object, why it is not this drill's process or None, whether the entry is
+    malformed). Identified as ``perfkit lab down`` does (:func:`perfkit.lab.servers.identity_refusal`):
+    the binary (Python; Prometheus), the argument naming this folder's ``.live`` (computed from the
+    folder, never read from the state), the recorded argv, and a start time, which must be recorded:
+    never by argv alone. A process that has exited is no refusal (it is not running)."""
+    from perfkit.lab.servers import LabServer, Spawned, identity_refusal, process_identity
+
+    live = folder.resolve() / STATE_DIR
+    kind = "load" if re.fullmatch(r"load(-\d{1,3})?", key) else key
+    if kind not in (*_MARKS, "prometheus") or not isinstance(rec, dict):
+        return None, f"not a process of a live drill ({type(rec).__name__}); nothing signalled", True
+    proc: Any
+    try:
+        proc = LabServer(**rec) if kind == "prometheus" else Spawned(**rec)
+    except TypeError:
+        fields = ", ".join(sorted(map(str, rec))[:8])
+        return None, f"malformed entry (fields: {fields[:120]}); nothing signalled", True
+    problem = proc.problem()
+    if (
+        problem is None
+        and kind == "prometheus"
+        and (proc.engine != "prometheus" or proc.data_dir != str(live / "prometheus" / "tsdb"))
+    ):
+        problem = f"its data_dir {str(proc.data_dir)[:80]!r} is not this drill's"
+    if problem is None and not isinstance(proc.started, int):
+        problem = "no start time was recorded (a process is never identified by its argv alone)"
+    if problem:
+        return None, f"malformed entry: {problem}; nothing signalled", True
+    identity = process_identity(proc.pid)
+    if identity is None:
+        return proc, None, False
+    if kind == "prometheus":
+        return proc, proc._refusal(*identity), False
+    python = Path(proc.cmdline[0]).name
+    binary = python if re.fullmatch(r"python[0-9.]*", python) else Path(sys.executable).name
+    mark = _MARKS[kind].format(live=live)
+    why = identity_refusal(
+        identity[0], identity[1], binary=binary, data_arg=mark, data_dir=str(live),
+        cmdline=proc.cmdline, recorded_started=proc.started, need_started=True,
+    )  # fmt: skip
+    if why:
+        runs = " ".join(identity[0])[:80]
+        why = f"pid {proc.pid} is not this drill's {key} (it runs {runs!r}: {why}); left alone"
+    return proc, why, False
+
+
+def stop_processes(folder: Path, state: dict[str, Any], say: Any, skip: tuple[str, ...] = ()) -> bool:
+    """Stop the recorded processes by PID, the load first (SIGINT: the load generator writes what
+    it measured), then the supervisor, the simulator and Prometheus, each only once identified as
+    this drill's (:func:`_ours`); ``skip``: keys left running. True when an entry was malformed."""
+    import signal
+
+    from perfkit.lab.servers import NotOurProcess
+
+    procs = state.get("processes")
+    if not isinstance(procs, dict):
+        say("the state names no processes (malformed); nothing signalled")
+        return True
+    order = {"clock": 1, "engine": 2, "prometheus": 3}
+    malformed = False
+    for key in sorted(procs, key=lambda k: (order.get(k, 0), k)):
+        if key in skip:
+            continue
+        proc, why, bad = _ours(folder, key, procs[key])
+        malformed |= bad
+        if why is not None:
+            say(f"{key[:40]}: {why}")
+            continue
+        try:
+            if key.startswith("load"):
+                was = proc.stop(timeout_s=15.0, first=signal.SIGINT)
+            else:
+                was = proc.stop(timeout_s=10.0)
+        except NotOurProcess as exc:
+            say(f"{key}: {exc}")
+            continue
+        say(f"stopped {key} (pid {proc.pid})" if was else f"{key} was not running (pid {proc.pid})")
+    return malformed
+
+
+def keep_load(folder: Path, state: dict[str, Any], v: float, until: float) -> str:
+    """Make sure the drill's load runs through a fix's after window (ending at virtual ``until``):
+    when the load has stopped, or its replay ends sooner, a new replay of the drill's traffic (same
+    rate and lengths; Poisson arrivals are memoryless) runs from the fix to the window's end, in
+    place of what is left of the old one. Returns what was done ("" when the running load covers
+    it), and says when the drill itself ends before the window does."""
+    running = [k for k, alive in running_processes(folder, state).items() if k.startswith("load") and alive]
+    covered = float(state.get("load_until_v") or 0.0)
+    if running and covered >= until:
+        return ""
+    last = float(state["plan"]["end"]) + GRACE_S - 60.0  # the supervisor ends the drill past this
+    length = min(until + 2 * float(state["timing"]["scrape"]), last) - v
+    short = (
+        f"; the drill ends at {iso_at(state, last)} (its clock would pass the wall clock), before the "
+        "after window closes: start again with a lower --speed to have time for a fix"
+        if until > last
+        else ""
+    )
+    if length <= 0:
+        return "the load cannot be extended" + short
+    if running:  # its replay ends too soon: the new one takes over from now
+        stop_processes(folder, {"processes": {k: state["processes"][k] for k in running}}, lambda _l: None)
+    seed = int(state.get("seed") or 0) + 7919 * len(state.get("fixes", []))
+    rows = request_log(Traffic(**state.get("traffic", {})), length, seed)
+    write_private(folder / STATE_DIR, "traffic.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    for key in running:
+        state["processes"].pop(key, None)
+    pace_arrivals(folder, state)  # the new replay's times count from now
+    _start_load(folder, state, f"bench-fix-{len(state.get('fixes', []))}.json", length=length)
+    was = "had stopped" if not running else f"would end at {iso_at(state, covered)}"
+    return f"the drill's load {was}: it is replayed from the fix until {iso_at(state, v + length)}" + short
+
+
+def pace_arrivals(folder: Path, state: dict[str, Any]) -> None:
+    """From now on the engine admits each request at the virtual second its wall-clock load
+    generator meant (``POST /admin/pace``, :mod:`perfkit.lab.servesim.clock`): on a machine that
+    cannot keep ``--speed`` the drill's load stays the drill's, only the wall time stretches."""
+    url = loopback_url(state["urls"]["engine"], "refusing to send the admin token to")
+    token = (folder / STATE_DIR / "admin-token").read_text().strip()
+    status, text = http(f"{url}/admin/pace", body={"on": True}, token=token)
+    if status != 200:
+        raise SourceError(f"{url}/admin/pace: HTTP {status}: {_message(text)}", url=url, status=status)
+
+
+def measure_pace(engine: str, seconds: float) -> float:
+    """Virtual seconds per wall second the simulator at ``engine`` kept over ``seconds``: its
+    ``--speed`` when the machine holds it, less when it runs late (its clock then stands still)."""
+    t0, v0 = time.monotonic(), virtual_now(engine)
+    time.sleep(seconds)
+    t1, v1 = time.monotonic(), virtual_now(engine)
+    return (v1 - v0) / max(t1 - t0, 1e-3)
+
+
+# -- the supervisor --------------------------------------------------------------------------------
 
 
 class Supervisor:
@@ -59,7 +263,9 @@ class Supervisor:
         self.state = read_state(self.folder)
         self.mtime = 0.0
         self.token = (live / "admin-token").read_text().strip()
-        self.engine = self.state["urls"]["engine"]
+        self.engine = loopback_url(self.state["urls"]["engine"], "the engine's URL")  # gets the token
+        self.readings: list[tuple[float, float]] = []  # (monotonic, virtual): the clock's pace
+        self.rate_at = time.monotonic()
         self.last_ms = 0
         self.v = 0.0
         self.v_at = time.monotonic()  # when the clock was last read (from the start: the grace begins)
@@ -83,7 +289,20 @@ class Supervisor:
         if m is None:
             return None
         self.v, self.v_at = float(m.group(1)), time.monotonic()
+        self.readings = [r for r in self.readings if r[0] > self.v_at - LAG_WINDOW_S] + [(self.v_at, self.v)]
         return text, self.v
+
+    def _pace(self) -> None:
+        """Every few seconds: how fast the drill clock ran over the last :data:`LAG_WINDOW_S`
+        (virtual seconds per wall second), into ``supervisor.json`` for ``drill status``."""
+        now = time.monotonic()
+        if now - self.rate_at < LAG_WINDOW_S / 2 or len(self.readings) < 2:
+            return
+        (t0, v0), (t1, v1) = self.readings[0], self.readings[-1]
+        if t1 - t0 >= LAG_WINDOW_S / 2:
+            self.facts.update(rate=round((v1 - v0) / (t1 - t0), 2), rate_wall=time.time())
+            self._write_facts()
+        self.rate_at = now
 
     async def metrics(self, request: web.Request) -> web.Response:
         if not self.state.get("anchor"):  # the simulator is still starting: no clock to stamp with
@@ -108,7 +327,7 @@ class Supervisor:
 
     def _reload(self) -> None:
         path = self.live / "state.json"
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ConfigError):  # an edited state: keep the last good one
             mtime = path.stat().st_mtime
             if mtime != self.mtime:
                 self.state, self.mtime = read_state(self.folder), mtime
@@ -160,12 +379,8 @@ class Supervisor:
         self._write_facts()
 
     def _write_facts(self) -> None:
-        path = self.live / "supervisor.json"
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(self.facts, fh)
-        os.replace(tmp, path)
+        with contextlib.suppress(OSError, ConfigError):  # the folder is gone: the drill ends next tick
+            write_private(self.live, "supervisor.json", json.dumps(self.facts))
 
     def _over(self) -> str:
         """Why the drill should end now ("" while it runs)."""
@@ -180,7 +395,7 @@ class Supervisor:
 
     def _end(self, why: str) -> None:
         lines: list[str] = []
-        _stop_all(self.folder, self.state, lines.append, skip=("clock",))
+        stop_processes(self.folder, self.state, lines.append, skip=("clock",))
         self.facts["ended"] = f"the drill ended itself: {why}; " + "; ".join(lines)
         if state_path(self.folder).is_file():
             self.state["stopped"] = True
@@ -194,6 +409,7 @@ class Supervisor:
             await self._fault()
             if time.monotonic() - self.v_at > 2.0:  # no scrape lately (Prometheus gone): read it here
                 await self._engine_metrics()
+            self._pace()
             why = self._over()
             if why:
                 await asyncio.get_running_loop().run_in_executor(None, self._end, why)

@@ -83,6 +83,34 @@ class Timing:
     scrape: float = 15.0  # the bundles' scrape interval: four points per minute, what rate() wants
 
 
+MIN_LIFE_WALL_S = 900.0
+"""A live drill runs (and its load goes on) for at least 15 wall minutes whatever ``--speed``: at 30x the
+90 virtual minutes of :attr:`Timing.duration` would pass in 3, before a trainee has run the runbook
+and fixed anything; 15 minutes leave time to triage, fix, and see the after window."""
+
+
+def life_for(speed: float, timing: Timing) -> float:
+    """Virtual seconds a drill runs at ``speed`` (its traffic's length): ``timing.duration``, or more
+    so that it lasts :data:`MIN_LIFE_WALL_S` of wall time."""
+    return max(timing.duration, speed * MIN_LIFE_WALL_S)
+
+
+def offset_for(speed: float, timing: Timing) -> float:
+    """How far in the past the drill clock starts: what it gains on the wall clock over the drill's
+    life (:func:`life_for`) and ten minutes more, in whole minutes (0 at speed 1)."""
+    gain = (speed - 1.0) / speed * (life_for(speed, timing) + 600.0)
+    return float(-(-gain // 60) * 60)
+
+
+def capped_speed(asked: float, sustained: float, hold_min: float) -> float | None:
+    """The speed to run at when the machine ran the drill clock at only ``sustained`` virtual seconds
+    per wall second under ``asked``: None when it held (``sustained >= hold_min x asked``), else
+    four fifths of what it sustained (the fault adds load: headroom), in whole numbers, at least 1."""
+    if sustained >= hold_min * asked:
+        return None
+    return float(max(1, int(sustained * 0.8)))
+
+
 @dataclass(frozen=True)
 class LiveSpec:
     """One drill's live form. ``fault`` is the ``POST /admin/faults`` body; ``fix`` the ``drill fix
@@ -218,3 +246,44 @@ def request_log(traffic: Traffic, duration_s: float, seed: int) -> list[dict[str
         {"arrival_s": round(float(a), 4), "prompt_tokens": int(p), "output_tokens": int(o)}
         for a, p, o in zip(at, prompts, outputs, strict=True)
     ]
+
+
+# -- a live drill's state file -----------------------------------------------------------------
+
+
+def is_number(v: Any) -> bool:
+    """A finite JSON number (not a bool), of a size a drill's clock can hold."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) < 1e15
+
+
+def state_problem(state: dict[str, Any], max_speed: float) -> str | None:
+    """What is wrong with a live drill's state (``.live/state.json``, JSON anyone may edit): each
+    field the commands use, checked for its type (None: nothing)."""
+    if not is_number(state.get("anchor")):
+        return "'anchor' is not a number"
+    if not is_number(state.get("speed")) or not 1.0 <= state["speed"] <= max_speed:
+        return f"'speed' is not a number in [1, {max_speed:g}]"
+    procs = state.get("processes")
+    if not isinstance(procs, dict) or not all(isinstance(k, str) for k in procs):
+        return "'processes' is not a mapping of process names"
+    urls = state.get("urls", {})
+    if not isinstance(urls, dict) or not all(isinstance(v, str) for v in urls.values()):
+        return "'urls' is not a mapping of URLs"
+    if not isinstance(state.get("fixes", []), list) or not all(
+        isinstance(f, dict) for f in state.get("fixes", [])
+    ):
+        return "'fixes' is not a list of fixes"
+    for key in ("plan", "timing", "params", "engine", "fault"):
+        if state.get(key) is not None and not isinstance(state[key], dict):
+            return f"{key!r} is not a mapping"
+    plan = state.get("plan")
+    if plan:
+        spans = [plan.get(k) for k in ("baseline", "window")]
+        if not all(is_number(plan.get(k)) for k in ("v0", "fault_at", "end")) or not all(
+            isinstance(x, list) and len(x) == 2 and all(map(is_number, x)) for x in spans
+        ):
+            return "'plan' lacks its virtual seconds (v0, baseline, window, fault_at, end)"
+    timing = state.get("timing")
+    if timing and not all(is_number(timing.get(k)) for k in ("settle", "after", "scrape")):
+        return "'timing' lacks settle, after or scrape"
+    return None

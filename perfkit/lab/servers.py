@@ -14,7 +14,6 @@ Prometheus scraping local targets; stop it by PID.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -27,6 +26,14 @@ from pathlib import Path
 import requests
 
 from perfkit.errors import ConfigError, SourceError
+from perfkit.lab.processes import NotOurProcess as NotOurProcess
+from perfkit.lab.processes import exited as _exited
+from perfkit.lab.processes import identity_refusal as identity_refusal
+from perfkit.lab.processes import pidfd as _pidfd
+from perfkit.lab.processes import process_identity as process_identity
+from perfkit.lab.processes import reap as _reap
+from perfkit.lab.processes import send_signal as _signal
+from perfkit.lab.processes import spawned_identity as _spawned
 
 ENGINES = {
     "prometheus": ("prometheus", "apt-get install -y --no-install-recommends prometheus"),
@@ -51,53 +58,9 @@ def binary(engine: str) -> str:
     return path
 
 
-class NotOurProcess(ConfigError):
-    """The PID recorded for a lab server is not (or no longer) the server perfkit started: nothing
-    was signalled.
-
-    Either the server exited and its PID was reused, or the state file was edited or is malformed
-    (wrong field types); in every case its state is stale and can be removed.
-    """
-
-
 # the flag each engine's server is started with, naming its data dir (see start_prometheus and
 # start_victoriametrics): a lab server's command line always carries ``<flag>=<data_dir>``
 DATA_DIR_FLAGS = {"prometheus": "--storage.tsdb.path", "victoriametrics": "-storageDataPath"}
-
-
-def process_identity(pid: int) -> tuple[list[str], int | None] | None:
-    """``(argv, start time)`` of a running process; ``None`` when there is none (or only a zombie:
-    exited, not yet reaped).
-
-    On Linux: ``/proc/PID/cmdline`` and field 22 of ``/proc/PID/stat`` (clock ticks since boot: a
-    reused PID gets a new one). Elsewhere: ``ps -o args=`` split on spaces, with no start time.
-    The argv is empty for a kernel thread, and for a moment while a process is being exec'd.
-    """
-    proc = Path("/proc")
-    if (proc / "self").exists():
-        try:
-            stat = (proc / str(pid) / "stat").read_text(errors="replace")
-            raw = (proc / str(pid) / "cmdline").read_bytes()
-        except OSError:  # no such process (or not ours to read)
-            return None
-        fields = stat.rpartition(")")[2].split()  # after "pid (comm)": field 3 (state) onwards
-        if not fields or fields[0] in ("Z", "X"):
-            return None
-        try:
-            started: int | None = int(fields[22 - 3])
-        except (IndexError, ValueError):
-            started = None
-        return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]], started
-    try:
-        res = subprocess.run(
-            ["ps", "-o", "stat=", "-o", "args=", "-p", str(pid)], capture_output=True, text=True
-        )
-    except OSError:
-        return None
-    state, _, args = res.stdout.strip().partition(" ")
-    if res.returncode != 0 or not state or state.startswith("Z"):
-        return None
-    return args.strip().split(" "), None
 
 
 @dataclass
@@ -176,31 +139,15 @@ class LabServer:
         return None
 
     def _refusal(self, argv: list[str], started: int | None) -> str | None:
-        """Why the running PID is not this server (``None`` when it is).
-
-        Always: argv[0] is the engine's binary and argv carries this server's own data dir (so a
-        state file copying another program's argv is refused). The recorded argv, when there is
-        one, must match exactly, and so must the recorded start time (clock ticks since boot: a
-        reused PID has another); a state without a start time (an older state file, or a system
-        without /proc) is accepted on the binary and data dir (and argv) alone.
-        """
-        name = ENGINES[self.engine][0]
-        data_flag = f"{DATA_DIR_FLAGS[self.engine]}={self.data_dir}"
-        why = None
-        if not argv or Path(argv[0]).name != name:
-            why = f"it is not {name}"
-        elif data_flag not in argv[1:]:
-            why = f"it does not run on {self.data_dir}"
-        elif self.cmdline and argv != self.cmdline:
-            why = "its command line differs"
-        elif self.started is not None and started != self.started:
-            why = "it started at another time"
-        if why is None:
-            return None
-        return (
-            f"pid {self.pid} is no longer the {self.engine} server perfkit started "
-            f"(it runs {_short(' '.join(argv))!r}: {why}); not signalled"
-        )
+        """Why the running PID is not this server (None: it is), :func:`identity_refusal`; a state
+        without a start time (older, or no /proc) is taken on the binary and data dir alone."""
+        flag = f"{DATA_DIR_FLAGS[self.engine]}={self.data_dir}"
+        why = identity_refusal(
+            argv, started, binary=ENGINES[self.engine][0], data_arg=flag, data_dir=self.data_dir,
+            cmdline=self.cmdline, recorded_started=self.started,
+        )  # fmt: skip
+        runs, what = _short(" ".join(argv)), f"the {self.engine} server perfkit started"
+        return why and f"pid {self.pid} is no longer {what} (it runs {runs!r}: {why}); not signalled"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -208,58 +155,6 @@ class LabServer:
 
 def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _pidfd(pid: int) -> int | None:
-    """A pidfd for ``pid`` (Linux 5.3+), so signals reach that process even if the PID is reused."""
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return int(opener(pid))
-    except OSError:
-        return None
-
-
-def _signal(handle: int | None, pid: int, sig: int) -> bool:
-    """Send ``sig``; False when the process is already gone."""
-    try:
-        if handle is not None:
-            signal.pidfd_send_signal(handle, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _exited(pid: int, started: int | None) -> bool:
-    """Whether the process ``pid`` that started at ``started`` has exited (reaped when it is our child)."""
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return True
-    except ChildProcessError:
-        pass
-    identity = process_identity(pid)
-    return identity is None or (started is not None and identity[1] != started)
-
-
-def _spawned(proc: subprocess.Popen) -> tuple[list[str], int | None]:
-    """The identity of a process we just spawned, read once its exec is complete (Popen can
-    return while the kernel is still laying out the new argv); argv as passed if it cannot be read."""
-    deadline = time.monotonic() + 2.0
-    while True:
-        identity = process_identity(proc.pid)
-        if identity is not None and identity[0]:
-            return identity
-        if identity is None or time.monotonic() > deadline:
-            return [str(a) for a in proc.args], None  # type: ignore[union-attr]
-        time.sleep(0.005)
 
 
 def _wait_ready(url: str, path: str, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:

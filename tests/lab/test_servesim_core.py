@@ -143,7 +143,15 @@ def test_kv_capacity_of_llama_8b_on_h100():
         ({"tensor_parallel_size": 3}, r"test: tensor_parallel_size: 3 must divide the model's 32 attention heads"),
         ({"max_num_sequences": 5}, r"test: unknown setting 'max_num_sequences'; known: .*max_num_seqs"),
         ({"gpu": "a100", "dtype": "fp8"}, r"test: dtype: a100-sxm has no fp8 tensor cores"),
-        ({"compute_efficiency": 0}, r"test: compute_efficiency: expected a number in \(0, 1\]"),
+        ({"compute_efficiency": 0}, r"test: compute_efficiency: expected a number in \[0.01, 1\]"),
+        # M11: numbers no GPU server has, which made every request take for ever
+        ({"compute_efficiency": 1e-300}, r"test: compute_efficiency: expected a number in \[0.01, 1\] .*got 1e-300"),
+        ({"memory_efficiency": 1e-9}, r"test: memory_efficiency: expected a number in \[0.01, 1\]"),
+        ({"step_overhead_s": 1e300}, r"test: step_overhead_s: expected a number in \[0, 0.5\] .*got 1e\+300"),
+        ({"allreduce_latency_s": 5.0}, r"test: allreduce_latency_s: expected a number in \[0, 0.01\]"),
+        ({"runtime_overhead_gib": 1e12}, r"test: runtime_overhead_gib: expected a number in \[0, 64\]"),
+        ({"max_num_seqs": 10**9}, r"test: max_num_seqs: expected a number in \[1, 16384\]"),
+        ({"long_prefill_token_threshold": 10**12}, r"test: long_prefill_token_threshold: expected a number in \[0, 2097152\]"),
     ],
 )  # fmt: skip
 def test_bad_configs_name_the_field(over, pattern):

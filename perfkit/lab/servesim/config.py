@@ -47,6 +47,24 @@ MAX_TP = 8
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 KV_DTYPES = {"auto": None, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
 
+#: every other number of an engine config, bounded to what a GPU server can physically be (a value
+#: outside would make a step take longer than a drill lasts, or no time at all): (low, high, why)
+RANGES: dict[str, tuple[float, float, str]] = {
+    "tensor_parallel_size": (1, MAX_TP, "GPUs in one node"),
+    "max_num_seqs": (1, 16384, "vLLM deployments run 256 to a few thousand"),
+    "max_num_batched_tokens": (1, 2**21, "a step's token budget: 2M tokens is past any deployment"),
+    "max_model_len": (1, 2**21, "2M tokens: past every model of data/hardware/models.yaml"),
+    "long_prefill_token_threshold": (0, 2**21, "0 (no cap) up to the longest context"),
+    "compute_efficiency": (0.01, 1, "share of the dense peak: 1 % is a GPU barely used"),
+    "attention_efficiency": (0.01, 1, "share of the dense peak"),
+    "memory_efficiency": (0.01, 1, "share of the HBM bandwidth"),
+    "link_efficiency": (0.01, 1, "share of the link bandwidth"),
+    "allreduce_latency_s": (0, 0.01, "a small all-reduce costs 5-20 us; 10 ms is a broken fabric"),
+    "step_overhead_s": (0, 0.5, "CPU work per step: ms; half a second is a stalled engine"),
+    "runtime_overhead_gib": (0, 64, "per GPU, under the largest GPU's memory"),
+    "step_jitter": (0, 0.5, "relative spread of step times"),
+}
+
 SETTABLE: tuple[str, ...] = (
     "max_num_seqs",
     "max_num_batched_tokens",
@@ -170,6 +188,10 @@ def _validate(cfg: SimConfig) -> None:
     for name in ("enable_chunked_prefill", "enable_prefix_caching"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}: expected true or false, got {getattr(cfg, name)!r}")
+    for name, (lo, hi, _why) in RANGES.items():
+        value = getattr(cfg, name)
+        if not _real(value) or not lo <= value <= hi:
+            raise ConfigError(f"{name}: expected a number in [{_n(lo)}, {_n(hi)}] ({_why}), got {value!r}")
     m, tp = cfg.model, cfg.tensor_parallel_size
     if tp > MAX_TP or m.heads % tp:
         raise ConfigError(
@@ -215,15 +237,11 @@ def _validate(cfg: SimConfig) -> None:
     if cfg.compute_dtype not in cfg.gpu.dense_flops:
         raise ConfigError(f"dtype: {cfg.gpu.key} has no {cfg.compute_dtype} tensor cores in its datasheet")
     _check_fraction("gpu_memory_utilization", cfg.gpu_memory_utilization)
-    for name in ("compute_efficiency", "attention_efficiency", "memory_efficiency", "link_efficiency"):
-        _check_fraction(name, getattr(cfg, name))
-    for name in ("allreduce_latency_s", "step_overhead_s", "runtime_overhead_gib"):
-        value = getattr(cfg, name)
-        if not _real(value) or value < 0:
-            raise ConfigError(f"{name}: expected a number >= 0, got {value!r}")
-    if not _real(cfg.step_jitter) or not 0 <= cfg.step_jitter <= 0.5:
-        raise ConfigError(f"step_jitter: expected a number in [0, 0.5], got {cfg.step_jitter!r}")
     _check_memory(cfg)
+
+
+def _n(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _real(value: Any) -> bool:

@@ -75,6 +75,7 @@ from perfkit.lab.serve import (
     parse_request,
     sse_events,
 )
+from perfkit.lab.servesim.clock import Arrivals, VirtualClock
 from perfkit.lab.servesim.config import SETTABLE, SimConfig, with_changes
 from perfkit.lab.servesim.core import EngineCore, StepResult
 from perfkit.lab.servesim.faults import FAULTS, TRAFFIC, FaultBoard, FaultError
@@ -85,41 +86,6 @@ MAX_ADMIN_BODY = 64 * 2**10
 MAX_SPEED = 1000.0  # past this a 10 ms step is 10 us of wall time: the event loop cannot keep up
 HOSTNAME = "servesim-0"  # the DCGM Hostname label
 _Item = tuple[int, bool, float, str]  # an engine output to a stream: (tokens, finished, at, error)
-
-
-class VirtualClock:
-    """Virtual seconds since start: ``(monotonic() - w0) * speed``, standing still while the engine
-    is late. While a step is in flight (:meth:`run_until`) no reading passes its end: a request that
-    arrives while the engine runs late arrives at the step's end, as it would in an engine whose
-    step had taken no longer, and is scheduled at or after its arrival. (Before, such a request was
-    stamped past the step's end and the clock was then set back to it: its queue time came out
-    negative, vLLM's queue-time ``_sum`` fell, and Prometheus read each fall as a counter reset, 45 in
-    a 25-minute drill window, tripling the mean queue time ``increase()`` gave.)"""
-
-    def __init__(self, speed: float) -> None:
-        self.speed, self.w0, self.held = speed, time.monotonic(), 0.0
-        self.cap: float | None = None  # the in-flight step's end
-
-    def now(self) -> float:
-        v = (time.monotonic() - self.w0) * self.speed
-        return v if self.cap is None else min(v, self.cap)
-
-    def wall(self, v: float) -> float:
-        """The ``time.monotonic()`` at which virtual time reaches ``v`` (if nothing holds it)."""
-        return self.w0 + v / self.speed
-
-    def run_until(self, v: float) -> None:
-        """A step ending at virtual ``v`` is in flight: time goes no further until :meth:`hold`."""
-        self.cap = v
-
-    def hold(self, v: float) -> None:
-        """The step that ended at ``v`` is delivered: time continues from ``v``, the wall time the
-        engine was late by given up (counted in ``held``)."""
-        late = time.monotonic() - self.wall(v)
-        if late > 0:
-            self.w0 += late
-            self.held += late
-        self.cap = None
 
 
 def block_keys(words: Sequence[str | int], block: int) -> list[str]:
@@ -181,6 +147,7 @@ class SimServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._synthetic = 0
         self.dead = ""  # the engine's fatal error, once it has died
+        self.arrivals: Arrivals | None = None  # paced arrivals (POST /admin/pace; clock.py)
 
     # -- life ------------------------------------------------------------------------------------
 
@@ -194,16 +161,20 @@ class SimServer:
         app.add_routes(
             [web.get("/admin/faults", self._faults_get), web.post("/admin/faults", self._faults_post)]
         )
-        app.add_routes([web.post("/admin/config", self._config_post)])
+        app.add_routes(
+            [web.post("/admin/config", self._config_post), web.post("/admin/pace", self._pace_post)]
+        )
         loop = asyncio.get_running_loop()
         self._waker = Waker(loop)
+        self.arrivals = arrivals = Arrivals(lambda: self.clock, self._waker.sleep_until)
         self.clock = VirtualClock(self.clock.speed)  # virtual 0 is when the server starts listening
         self.log.epoch = time.time()
         self.log.startup(0.0, self.cfg, self.faults.version)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
         await self._runner.setup()
         await web.SockSite(self._runner, sock, shutdown_timeout=1.0, backlog=1024).start()
-        self._tasks = [loop.create_task(c) for c in (self._engine(), self._stats(), self._traffic())]
+        tasks = (self._engine(), self._stats(), self._traffic(), arrivals.run())
+        self._tasks = [loop.create_task(c) for c in tasks]
         self.url = f"http://{LOOPBACK}:{sock.getsockname()[1]}"
         return self.url
 
@@ -290,15 +261,23 @@ class SimServer:
                 await self.traffic_changed.wait()
                 continue
             total = sum(p["rate"] for _, p in sources)
-            gap_wall = self.rng.expovariate(total) / self.clock.speed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.traffic_changed.wait(), timeout=gap_wall)
+            due = self.clock.now() + self.rng.expovariate(total)  # virtual: a late engine keeps the rate
+            if await self._changed_before(due):
                 continue  # the faults changed before the arrival: draw again
             name, params = self.rng.choices(sources, weights=[p["rate"] for _, p in sources])[0]
             self._synthetic += 1
             prompt = min(int(params["prompt_tokens"]), self.cfg.max_model_len - int(params["max_tokens"]))
             with contextlib.suppress(ConfigError):  # no longer fits a max_model_len changed since
                 self._add(f"{name}-{self._synthetic}", max(1, prompt), int(params["max_tokens"]), None)
+
+    async def _changed_before(self, due: float) -> bool:
+        """Wait until the virtual clock reaches ``due``; True when the faults changed first."""
+        while self.clock.now() < due:
+            wait = max(0.001, self.clock.wall(due) - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.traffic_changed.wait(), timeout=wait)
+                return True
+        return False
 
     def _add(self, rid: str, prompt: int, max_tokens: int, keys: list[str] | None) -> None:
         now = self.clock.now()
@@ -330,6 +309,8 @@ class SimServer:
                 )
         except ApiError as exc:
             return error_response(exc.status, str(exc))
+        if self.arrivals is not None:
+            await self.arrivals.wait()  # paced: the virtual second its client meant (clock.py)
         if self.dead:
             return error_response(500, f"EngineDeadError: {self.dead}")
         keys = (
@@ -548,6 +529,20 @@ class SimServer:
         self.metrics.version = board.version
         self.traffic_changed.set()
         self.work.set()
+
+    async def _pace_post(self, request: web.Request) -> web.Response:
+        """``{"on": true}``: admit requests at the virtual second their wall-clock client meant, from
+        now (clock.py); ``{"on": false}``: as they come."""
+        if refused := self._authorized(request):
+            return refused
+        try:
+            body = await self._admin_body(request)
+            if not isinstance(body, dict) or not isinstance(body.get("on"), bool):
+                raise FaultError(400, 'pace: the body must be {"on": true} or {"on": false}')
+        except FaultError as exc:
+            return _admin_error(exc.status, str(exc))
+        self.clock.pace(body["on"])
+        return web.json_response({"paced": body["on"], "virtual_s": round(self.clock.now(), 3)})
 
     async def _config_post(self, request: web.Request) -> web.Response:
         if refused := self._authorized(request):
