@@ -18,6 +18,7 @@ from perfkit.triage.evidence import Evidence
 from perfkit.triage.row_types import (
     NO_GPU_COUNT,
     Detection,
+    Test,
     Verification,
     _r,
     at_least,

@@ -48,3 +48,14 @@ def test_slower_tokens_with_more_prefill_work_are_not_a_decode_problem(tpot, pro
     if verdict == "inconclusive":
         assert "prompt tokens per second rose 1.34x" in out.why
         assert {c.name for c in out.cuts} >= {"PROMPT_LOAD_RATIO", "TPOT_MEDIAN_RATIO"}
+
+
+def test_without_prompt_token_counters_a_slower_decode_still_confirms():
+    ev = evidence(2.0, 1.0)
+    rate = ev.rate
+    ev.rate = lambda side, name: None if name == "prompt_tokens_per_s" else rate(side, name)
+    ev.rate_ratio = lambda name: (
+        None if name == "prompt_tokens_per_s" else rate("incident", name) / rate("baseline", name)
+    )
+    out = _verify_tpot(ev)
+    assert out.verdict == "confirmed" and out.numbers["prompt_tokens_ratio"] is None
