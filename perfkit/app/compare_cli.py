@@ -7,7 +7,8 @@ every live command takes them). One bundle with ``--before`` and ``--after`` com
 it. A bundle is the server's view and a bench result the client's: the two are not compared.
 
 Exit status as the gate's: 0 the fix worked, 1 it did not (within noise, traded, regressed), 2 the
-input cannot be judged (unreadable, not comparable, no value for the symptom).
+input cannot be judged (unreadable, not comparable, no value for the symptom, or any unexpected
+error: a crash is one line and exit 2, never 1).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from perfkit.analyses.compare import BY_KEY, Comparison, Side, judge
+from perfkit.app.console import terminal_text
+from perfkit.app.gate_cli import never_one
 from perfkit.core.incident import window_arg
 from perfkit.errors import ConfigError, PerfkitError, SourceError
 
@@ -88,6 +91,7 @@ def _live_options(fn: Any) -> Any:
     "--allow-invalid", is_flag=True, help="judge a bench run marked invalid (its reasons become a note)"
 )
 @click.pass_context
+@never_one("compare")
 def compare(ctx: click.Context, /, before: str | None, after: str | None, before_window: str, after_window: str,
             baseline_window: str, symptom: str, accept: tuple[str, ...], fmt: str, allow_invalid: bool,
             **live: Any) -> None:  # fmt: skip
@@ -119,7 +123,7 @@ def compare(ctx: click.Context, /, before: str | None, after: str | None, before
     else:
         print_comparison(result, _console())
     if result.overall == "unusable":
-        click.echo(f"perfkit: compare: {result.headline()}", err=True)
+        click.echo(f"perfkit: compare: {terminal_text(result.headline())}", err=True)
     ctx.exit(result.exit_code)
 
 
@@ -260,6 +264,11 @@ def _samples(path: Path, doc: dict[str, Any]) -> dict[str, Any] | None:
 # -- output -----------------------------------------------------------------------------------------
 
 
+def _esc(text: str) -> str:
+    """Text from a result, a bundle or a server, for rich: control characters out, markup escaped."""
+    return escape(terminal_text(text))
+
+
 def _console() -> Console:
     """Wide when not a terminal (a CI log), so metric names are never folded."""
     return Console(width=None if sys.stdout.isatty() else 200, highlight=False)
@@ -269,15 +278,15 @@ def print_comparison(result: Comparison, console: Console) -> None:
     """The verdict line, the notes, then one row per metric."""
     from perfkit.analyses.compare import fmt_value
 
-    console.print(f"[{STYLE[result.overall]}]{escape(result.headline())}[/]")
+    console.print(f"[{STYLE[result.overall]}]{_esc(result.headline())}[/]")
     if result.symptom:
-        console.print(escape(f"symptom: {result.symptom} ({result.symptom_why})"), style="dim")
+        console.print(_esc(f"symptom: {result.symptom} ({result.symptom_why})"), style="dim")
     for reason in result.reasons[1:]:
-        console.print(f"[yellow]also: {escape(reason)}[/]")
+        console.print(f"[yellow]also: {_esc(reason)}[/]")
     for note in dict.fromkeys(result.notes):
-        console.print(f"[yellow]{escape(note)}[/]")
+        console.print(f"[yellow]{_esc(note)}[/]")
     b, a = result.before, result.after
-    console.print(escape(f"before: {b.name} ({b.noise}); after: {a.name} ({a.noise})"), style="dim")
+    console.print(_esc(f"before: {b.name} ({b.noise}); after: {a.name} ({a.noise})"), style="dim")
     table = Table(title="after against before (band: the change noise can make)")
     for col in ("metric", "before", "after", "change", "band", "verdict"):
         table.add_column(col, justify="left" if col in ("metric", "verdict") else "right")
@@ -285,11 +294,11 @@ def print_comparison(result: Comparison, console: Console) -> None:
         style = ROW_STYLE[r.status]
         verdict = r.status + (f" ({r.why})" if r.why else "")
         table.add_row(
-            escape(r.label + (" ★" if r.metric == result.symptom else "") + (" ↓" if r.direction.startswith("lower") else " ↑")),
+            _esc(r.label + (" ★" if r.metric == result.symptom else "") + (" ↓" if r.direction.startswith("lower") else " ↑")),
             r.shown("before"),
             r.shown("after"),
             "-" if r.change_pct is None else f"{r.change_pct:+.1f} %",
             f"±{fmt_value(r.band, r.unit)} ({r.band_from})" if r.band is not None else "-",
-            f"[{style}]{escape(verdict)}[/]" if style else escape(verdict),
+            f"[{style}]{_esc(verdict)}[/]" if style else _esc(verdict),
         )  # fmt: skip
     console.print(table)

@@ -1,15 +1,37 @@
-"""Terminal rendering with rich (tables for people)."""
+"""Terminal rendering with rich (tables for people), and :func:`terminal_text`: text from a file or
+a server made safe to print (no escape sequences, no control characters)."""
 
 from __future__ import annotations
 
+import re
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfkit.analyses.workloads import describe
-from perfkit.triage.table import TriageResult
+if TYPE_CHECKING:  # the triage table (polars) is imported by the command that prints it
+    from perfkit.triage.table import TriageResult
+
+_ESCAPES = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, ESC[2J
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC: titles, OSC 52 clipboard writes
+    r"|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\|\x9c)?"  # DCS, SOS, PM, APC strings
+    r"|\x1b[ -/]*[0-~]?"  # any other escape
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: str) -> str:
+    """``text`` fit for a terminal: escape sequences (CSI, OSC 52 clipboard writes, DCS) removed whole,
+    every other control character (newlines, C1, bidirectional overrides) made a space.
+
+    >>> terminal_text("v1\\x1b]52;c;ZWNobyBoaQ==\\x07.2\\x1b[2J ok")
+    'v1.2 ok'
+    """
+    return _CONTROL.sub(" ", _ESCAPES.sub("", text))
+
 
 VERDICT_STYLE = {"confirmed": "bold red", "ruled_out": "dim", "inconclusive": "yellow"}
 
@@ -25,6 +47,8 @@ def _other(workload: str) -> str:
 
 def triage_table(result: TriageResult, console: Console | None = None) -> None:
     """The ranked table, the scope it judged, and (unscoped, several workloads) the --scope to use."""
+    from perfkit.analyses.workloads import describe
+
     console = console or make_console()
     table = Table(
         title=escape(f"Triage — {result.incident}  ({result.window['start']} → {result.window['end']})")

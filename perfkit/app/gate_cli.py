@@ -2,26 +2,34 @@
 
 The integrator attaches :data:`baseline` and :data:`gate` to the top-level group in ``cli.py``,
 whose :class:`~perfkit.app.cli.Cli` turns a :class:`~perfkit.errors.PerfkitError` into one line on
-stderr and exit status 2. ``gate`` exits 0 on pass, 1 on a regression, 2 when the input cannot be
-judged (no comparable baselines, an invalid run, an unreadable file), and writes its verdict as
-JSON with ``--out`` in every one of those cases.
+stderr and exit status 2. Exit codes mean one thing (issue 22): 0 pass, 1 a regression, 2 could
+not judge (bad input, no comparable baseline, an invalid or empty run, nothing judged, and any
+unexpected error: :func:`never_one` turns a crash into one line and exit 2, never 1). ``gate``
+writes its verdict as JSON with ``-o``/``--out`` in every one of those cases, saying why. Text from
+stored results (labels, ``meta.started``, a model name) is printed without control characters
+(:func:`perfkit.app.console.terminal_text`): a stored file cannot drive the terminal.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from perfkit.app.console import terminal_text
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.loadgen import gate as gating
 from perfkit.loadgen import store as stores
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 STATUS_STYLE = {"regressed": "bold red", "improved": "green", "pass": "", "no-data": "dim"}
 VERDICT_STYLE = {"pass": "bold green", "regress": "bold red", "unusable": "bold yellow"}
@@ -46,8 +54,39 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 200, highlight=False)
 
 
+def _esc(text: Any) -> str:
+    """Text from a stored result or a message, for rich: control characters out, markup escaped."""
+    return escape(terminal_text(str(text)))
+
+
 def _warn(message: str) -> None:
-    click.echo(f"perfkit: warning: {message}", err=True)
+    click.echo(f"perfkit: warning: {terminal_text(message)}", err=True)
+
+
+def never_one(command: str) -> Callable[[F], F]:
+    """A command whose unexpected error (a bug, ``MemoryError``, ``RecursionError``) is one line and
+    exit 2, "could not judge": exit 1 means a regression, and a crash is none. ``PerfkitError`` and
+    click's own exits pass through (the top-level group prints the first, exit 2)."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except (PerfkitError, click.exceptions.ClickException, click.exceptions.Exit, click.Abort):
+                raise
+            except Exception as exc:  # noqa: BLE001 - any other failure: could not judge
+                raise PerfkitError(crash_text(command, exc)) from None
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+def crash_text(command: str, exc: BaseException) -> str:
+    """``perfkit gate: could not judge: RecursionError: ...`` (one line, bounded, no control characters)."""
+    said = terminal_text(" ".join(str(exc).split()))[:200]
+    return f"{command}: could not judge: {type(exc).__name__}{': ' + said if said else ''}"
 
 
 @click.group("baseline")
@@ -66,19 +105,36 @@ def baseline() -> None:
     help="version=, config=, hardware= or any k=v (repeatable); hardware decides what the gate compares.",
 )
 @_index_option
-@click.option("--force", is_flag=True, help="Store a run marked invalid or interrupted all the same.")
+@click.option(
+    "--allow-invalid",
+    is_flag=True,
+    help="Store a run marked invalid, interrupted or uncalibrated all the same (as gate and compare).",
+)
+@click.option("--force", is_flag=True, hidden=True, help="Deprecated: --allow-invalid.")
+@never_one("baseline add")
 def add_command(
-    result: Path, store_dir: Path, labels: tuple[str, ...], force: bool, index: int | None
+    result: Path,
+    store_dir: Path,
+    labels: tuple[str, ...],
+    allow_invalid: bool,
+    force: bool,
+    index: int | None,
 ) -> None:
     """Store RESULT (a perfkit bench result, or a vLLM/guidellm/inference-perf one) as a baseline.
 
-    Prints the new baseline's id.
+    Prints the new baseline's id. Exit 2 when it cannot be stored (an invalid run without
+    --allow-invalid, a run already stored, an unreadable file).
     """
+    if force:
+        click.echo(
+            "perfkit: note: baseline add --force is now --allow-invalid (the name gate and compare use)",
+            err=True,
+        )
     ident = stores.add(
         result,
         store_dir,
         stores.parse_labels(labels),
-        force=force,
+        force=allow_invalid or force,
         warn=_warn,
         index=index,
         require_calibration=True,
@@ -93,6 +149,7 @@ def add_command(
 @click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (id, started, model, labels, load) instead."
 )
+@never_one("baseline list")
 def list_command(store_dir: Path, model: str | None, labels: tuple[str, ...], as_json: bool) -> None:
     """The baselines of the store, newest first."""
     found = stores.list_baselines(store_dir, model=model, labels=stores.parse_labels(labels), warn=_warn)
@@ -110,21 +167,21 @@ def list_command(store_dir: Path, model: str | None, labels: tuple[str, ...], as
         ]
         click.echo(json.dumps(rows, indent=1))
         return
-    table = Table(title=escape(f"baselines in {store_dir} ({len(found)})"))
+    table = Table(title=_esc(f"baselines in {store_dir} ({len(found)})"))
     table.add_column("id", no_wrap=True)
     for col in ("started", "load", "labels", "p50 TTFT ms", "p99 TTFT ms", "TPOT ms", "req/s", "errors"):
         table.add_column(col, overflow="fold")
     for b in found:
         table.add_row(
-            escape(b.id),
-            escape(str(b.started or b.added or "")),
-            escape(_load_text(b.doc)),
-            escape(", ".join(f"{k}={v}" for k, v in sorted(b.labels.items()))),
+            _esc(b.id),
+            _esc(str(b.started or b.added or "")),
+            _esc(_load_text(b.doc)),
+            _esc(", ".join(f"{k}={v}" for k, v in sorted(b.labels.items()))),
             _num(b.doc.get("median_ttft_ms")),
             _num(b.doc.get("p99_ttft_ms")),
             _num(b.doc.get("median_tpot_ms")),
             _num(b.doc.get("request_throughput")),
-            _errors_text(b.doc),
+            _esc(_errors_text(b.doc)),
         )
     _console().print(table)
 
@@ -133,13 +190,14 @@ def list_command(store_dir: Path, model: str | None, labels: tuple[str, ...], as
 @click.argument("ident", metavar="ID")
 @_store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the stored document as JSON.")
+@never_one("baseline show")
 def show_command(ident: str, store_dir: Path, as_json: bool) -> None:
     """One baseline (ID or a unique start of it): its labels, load and summary."""
     b = stores.show(store_dir, ident)
     if as_json:
         click.echo(json.dumps(b.doc, indent=1))
         return
-    table = Table(title=escape(f"baseline {b.id}"), show_header=False)
+    table = Table(title=_esc(f"baseline {b.id}"), show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")
     meta = _obj(b.doc.get("meta"))
@@ -168,7 +226,7 @@ def show_command(ident: str, store_dir: Path, as_json: bool) -> None:
         )
     )
     for name, value in rows:
-        table.add_row(name, escape(value))
+        table.add_row(name, _esc(value))
     _console().print(table)
 
 
@@ -186,10 +244,11 @@ def show_command(ident: str, store_dir: Path, as_json: bool) -> None:
     "--history", type=int, default=None, help="Compare with the newest N comparable baselines (default 5)."
 )
 @click.option(
+    "-o",
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write the verdict as JSON here.",
+    help="Write the verdict as JSON to this FILE (in every case, saying why when it could not judge).",
 )
 @click.option("--allow-invalid", is_flag=True, help="Judge a run marked invalid (its reasons become a note).")
 @click.option(
@@ -212,7 +271,11 @@ def gate(
     labels: tuple[str, ...],
     index: int | None,
 ) -> None:
-    """Judge RESULT against the store's comparable baselines: exit 0 pass, 1 regression, 2 unusable."""
+    """Judge RESULT against the store's comparable baselines: exit 0 pass, 1 regression, 2 could not judge.
+
+    Each metric's band comes from its measured noise: the runs' own intervals from their
+    per-request records (RESULT.requests.parquet) and, from three baselines on, the history's spread.
+    """
     if out is not None:
         _check_out(out, result, store_dir)
     try:
@@ -227,26 +290,34 @@ def gate(
             warn=_warn,
             index=index,
         )
-    except PerfkitError as exc:
+        print_verdict(verdict, _console(), headline=verdict.overall != "unusable")
+    except Exception as exc:  # noqa: BLE001 - bad input or a crash: could not judge, and said so
+        message = str(exc) if isinstance(exc, PerfkitError) else crash_text("gate", exc)
         if out is not None:  # CI keeps a verdict file whatever happened
-            stores.write_json_atomic(
-                {
-                    "schema": "perfkit.gate/1",
-                    "verdict": "unusable",
-                    "exit_code": 2,
-                    "summary": f"unusable: {exc}",
-                    "reasons": [str(exc)],
-                },
-                out,
-            )
-        raise
-    print_verdict(verdict, _console(), headline=verdict.overall != "unusable")
+            _write_verdict(out, _unusable(message))
+        raise PerfkitError(message) from None
     if out is not None:
-        stores.write_json_atomic(verdict.as_dict(), out)
+        _write_verdict(out, verdict.as_dict())
         click.echo(f"verdict written to {out}", err=True)
     if verdict.overall == "unusable":
-        click.echo(f"perfkit: gate: {verdict.headline()}", err=True)
+        click.echo(f"perfkit: gate: {terminal_text(verdict.headline())}", err=True)
     ctx.exit(verdict.exit_code)
+
+
+def _unusable(why: str) -> dict[str, Any]:
+    return {"schema": "perfkit.gate/1", "verdict": "unusable", "exit_code": 2, "summary": f"unusable: {why}", "reasons": [why]}  # fmt: skip
+
+
+def _write_verdict(out: Path, doc: dict[str, Any]) -> None:
+    """The verdict file; when the full verdict cannot be written (a value JSON refuses), a short one
+    that says so, exit 2: a gate whose verdict is lost has not passed."""
+    try:
+        stores.write_json_atomic(doc, out)
+    except (PerfkitError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        stores.write_json_atomic(_unusable(crash_text("gate: the verdict could not be written", exc)), out)
+        raise PerfkitError(
+            f"--out {out}: the verdict could not be written ({str(exc)[:120]}); wrote why"
+        ) from None
 
 
 def _check_out(out: Path, result: Path, store_dir: Path) -> None:
@@ -261,38 +332,62 @@ def _check_out(out: Path, result: Path, store_dir: Path) -> None:
 
 
 def print_verdict(verdict: gating.Verdict, console: Console, *, headline: bool = True) -> None:
-    """Failures first, then the verdict line, then the table with the regressed metrics on top.
+    """Failures first, then the verdict line, the other notes, then the table with the regressed
+    metrics on top.
 
     ``headline=False`` leaves the verdict line out (``gate`` says an unusable verdict on stderr)."""
-    for note in verdict.notes:
-        style = "bold red" if note.startswith("the new result has") else "yellow"
-        console.print(f"[{style}]{escape(note)}[/]")
+    failures = [n for n in verdict.notes if n.startswith("the new result has")]
+    for note in failures:
+        console.print(f"[bold red]{_esc(note)}[/]")
     if headline:
-        console.print(f"[{VERDICT_STYLE[verdict.overall]}]{escape(verdict.headline())}[/]")
+        console.print(f"[{VERDICT_STYLE[verdict.overall]}]{_esc(verdict.headline())}[/]")
     for reason in verdict.reasons[1:]:
-        console.print(f"[yellow]also: {escape(reason)}[/]")
+        console.print(f"[yellow]also: {_esc(reason)}[/]")
+    for note in verdict.notes:
+        if note not in failures:
+            console.print(f"[yellow]{_esc(note)}[/]")
     if verdict.history:
         ids = ", ".join(h["id"] for h in verdict.history)
-        console.print(escape(f"history ({len(verdict.history)}, newest first): {ids}"), style="dim")
+        console.print(_esc(f"history ({len(verdict.history)}, newest first): {ids}"), style="dim")
     if not verdict.rows:
         return
-    table = Table(title="gate: new result vs the median of its history (band = allowed worsening)")
-    for col in ("metric", "status", "baseline median", "spread", "band", "limit", "new", "change", "n"):
-        table.add_column(col, justify="left" if col in ("metric", "status") else "right")
+    table = Table(
+        title="gate: new result vs the median of its history (band = allowed worsening; noise from the "
+        "runs' own intervals, within-run CI, and the history's spread, history MAD)"
+    )
+    for col in (
+        "metric",
+        "status",
+        "baseline median",
+        "spread",
+        "band",
+        "noise from",
+        "limit",
+        "new",
+        "change",
+        "n",
+    ):
+        table.add_column(col, justify="left" if col in ("metric", "status", "noise from") else "right")
     for row in verdict.rows:
         style = STATUS_STYLE[row.status]
         table.add_row(
             f"{row.metric} ({'↓' if row.direction == gating.LOWER else '↑'} better)",
-            f"[{style}]{row.status}{f' ({row.why})' if row.why else ''}[/]" if style else row.status,
+            f"[{style}]{row.status}{_why(row.why)}[/]" if style else row.status,
             _value(row.median, row.unit),
             _value(row.spread, row.unit),
             f"{_value(row.band, row.unit)} ({row.band_from})" if row.band_from else "-",
+            row.noise_from if row.status != "no-data" else "-",
             _value(row.limit, row.unit),
             _value(row.new, row.unit),
             "-" if row.change_pct is None else f"{row.change_pct:+.1f} %",
             str(row.n),
         )
     console.print(table)
+
+
+def _why(why: str | None) -> str:
+    """`` (too few requests for p99)``: a row's reason, its first clause (the notes say the rest)."""
+    return f" ({_esc(why.split(':')[0])})" if why else ""
 
 
 def _value(value: float | None, unit: str) -> str:

@@ -7,9 +7,11 @@ and prints the result for people.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,34 @@ from rich.table import Table
 from perfkit.errors import ConfigError
 
 DEFAULT_REQUESTS = 200
+MAX_SEED = 2**63 - 1
+MAX_PROMPT_TOKENS = 2**20  # perfkit.loadgen.shapes.MAX_PROMPT_TOKENS (not imported: numpy at startup)
+MAX_OUTPUT_TOKENS = 2**18  # perfkit.loadgen.shapes.MAX_OUTPUT_TOKENS
+EXIT_INVALID = 2  # the run is invalid (validity.valid false; every request failed is one)
+EXIT_INTERRUPTED = 130  # Ctrl-C: the CLI's convention (128 + SIGINT)
+
+
+class FiniteFloat(click.FloatRange):
+    """``click.FloatRange`` that refuses NaN and infinity (a range check lets NaN through:
+    every comparison with it is false). ``inf_ok``: the text ``inf`` is accepted as infinity
+    (``--request-rate inf``: vLLM's spelling of a burst)."""
+
+    def __init__(self, *args: Any, inf_ok: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.inf_ok = inf_ok
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if self.inf_ok and isinstance(value, str) and value.strip().lower() in ("inf", "+inf", "infinity"):
+            return math.inf
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            number = None
+        if number is not None and not math.isfinite(number):
+            self.fail(f"{str(value)[:20]!r} is not a finite number", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 SLO_KEYS = ("ttft", "tpot", "e2el")  # judged per request (ITL is per token: no request SLO)
 
 
@@ -241,23 +271,34 @@ def _f(v: Any, digits: int = 1) -> str:
 @click.command()
 @click.option("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
 @click.option("--model", required=True, help="the model name the server serves")
-@click.option("--api-key-env", default=None, help="name of the env var holding the API key (never the key)")
+@click.option(
+    "--api-key-env", default=None, help="NAME of the env var holding the API key (never the key itself)"
+)
 @click.option(
     "--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True
 )
 @click.option(
     "--concurrency",
+    "--max-concurrency",
+    "concurrency",
     type=click.IntRange(1, 10000),
     default=None,
     help="requests in flight (a cap with --rate)",
 )
-@click.option("--rate", type=click.FloatRange(0.001, 100000), default=None, help="arrivals per second")
+@click.option(
+    "--rate",
+    "--request-rate",
+    "rate",
+    type=FiniteFloat(0.001, 100000, inf_ok=True),
+    default=None,
+    help="arrivals per second (inf: every request at once, as --burst)",
+)
 @click.option(
     "--arrival", type=click.Choice(["poisson", "gamma", "constant"]), default="poisson", show_default=True
 )
 @click.option(
     "--burstiness",
-    type=click.FloatRange(0.01, 100),
+    type=FiniteFloat(0.01, 100),
     default=1.0,
     show_default=True,
     help="gamma shape: below 1 burstier",
@@ -265,18 +306,46 @@ def _f(v: Any, digits: int = 1) -> str:
 @click.option("--burst", is_flag=True, help="send every request at once")
 @click.option(
     "--num-requests",
+    "--num-prompts",
+    "num_requests",
     type=click.IntRange(1, 10_000_000),
     default=None,
     help="requests to send  [default: 200; a replay: the whole trace]",
 )
-@click.option("--prompt-tokens", type=click.IntRange(1, 1_000_000), default=128, show_default=True)
-@click.option("--output-tokens", type=click.IntRange(1, 1_000_000), default=64, show_default=True)
+@click.option(
+    "--prompt-tokens",
+    "--random-input-len",
+    "prompt_tokens",
+    type=click.IntRange(1, MAX_PROMPT_TOKENS),
+    default=128,
+    show_default=True,
+)
+@click.option(
+    "--output-tokens",
+    "--random-output-len",
+    "output_tokens",
+    type=click.IntRange(1, MAX_OUTPUT_TOKENS),
+    default=64,
+    show_default=True,
+)
+@click.option(
+    "--dataset-name",
+    type=click.Choice(["random", "sharegpt"]),
+    default=None,
+    help="vLLM's names: random (the default: synthetic prompts) or sharegpt (with --dataset-path)",
+)
+@click.option(
+    "--dataset-path",
+    default=None,
+    help="a local ShareGPT JSON file (--dataset-name sharegpt): each conversation's first human turn "
+    "as the prompt, its reply's length as the output length (vLLM's rule)",
+)
 @click.option(
     "--replay", default=None, help="a request log (JSONL/CSV) or an incident bundle folder to replay"
 )
 @click.option(
     "--time-scale",
-    type=click.FloatRange(0.001, 10000),
+    type=FiniteFloat(0.001, 10000),
     default=1.0,
     show_default=True,
     help="replay speed-up",
@@ -287,10 +356,8 @@ def _f(v: Any, digits: int = 1) -> str:
 @click.option(
     "--sweep-steps", type=click.IntRange(2, 100), default=6, show_default=True, help="load levels of a sweep"
 )
-@click.option(
-    "--duration", type=click.FloatRange(0.1, 86400), default=None, help="stop sending after S seconds"
-)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--duration", type=FiniteFloat(0.1, 86400), default=None, help="stop sending after S seconds")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @click.option("--slo", multiple=True, help="an SLO for goodput, e.g. ttft=500 tpot=50 (ms); repeatable")
 @click.option("--tokenizer", default=None, help="a local tokenizer.json for prompts of exact length")
 @click.option("--metrics-url", default=None, help="the server's /metrics (default URL/metrics)")
@@ -308,16 +375,20 @@ def _f(v: Any, digits: int = 1) -> str:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(0.1, 86400),
+    type=FiniteFloat(0.1, 86400),
     default=600.0,
     show_default=True,
     help="seconds per request",
 )
 @click.option("--label", multiple=True, help="KEY=VALUE recorded in the result (version, config, hardware)")
 @click.option(
-    "-o", "--out", default="bench.json", show_default=True, help="the result file (records beside it)"
+    "-o",
+    "--out",
+    default="bench.json",
+    show_default=True,
+    help="the result FILE (a file here; other commands' -o is a folder): records beside it as STEM.requests.parquet",
 )
-@click.option("--force", is_flag=True, help="overwrite an existing result")
+@click.option("--force", is_flag=True, help="overwrite an existing result file and its records")
 @click.option("--quiet", is_flag=True, help="no progress line")
 @click.option(
     "--warmup",
@@ -334,10 +405,26 @@ def _f(v: Any, digits: int = 1) -> str:
     help="client processes (when one core cannot keep up: calibration says so)",
 )
 def bench(**o: Any) -> None:
-    """Load-test an OpenAI-compatible streaming server; write a perfkit.bench/1 result."""
-    from perfkit.loadgen.bench import BenchOptions, check_url, run_bench, run_sweep
+    """Load-test an OpenAI-compatible streaming server; write a perfkit.bench/1 result.
+
+    Exit 0: a valid run; 2: an invalid run (its validity says why: every request failed, the
+    client's overhead, schedule lag) or unusable options; 130: stopped by Ctrl-C (the result holds
+    what was measured). vLLM's option names are accepted: --request-rate, --num-prompts,
+    --max-concurrency, --random-input-len, --random-output-len, --dataset-name, --dataset-path.
+    """
+    from perfkit.core.secrets import env_reference_error
+    from perfkit.loadgen.bench import BenchOptions, check_metrics_url, check_url, run_bench, run_sweep
     from perfkit.loadgen.store import parse_labels
 
+    if o["api_key_env"] and (message := env_reference_error("--api-key-env", o["api_key_env"])):
+        raise ConfigError(message)  # never echoes the value: it may be the key itself
+    url = check_url(o["url"])
+    if o["metrics_url"]:
+        o["metrics_url"] = check_metrics_url(o["metrics_url"])
+    if o["rate"] is not None and math.isinf(o["rate"]):  # --request-rate inf: vLLM's burst
+        if o["burst"]:
+            raise ConfigError("--request-rate inf is --burst: give one of them")
+        o["rate"], o["burst"] = None, True
     if sum(x is not None for x in (o["rate"], o["replay"], o["burst"] or None, o["sweep"])) > 1:
         raise ConfigError(
             "choose one load: --rate, --burst, --replay or --sweep (--concurrency may cap any of them)"
@@ -358,13 +445,17 @@ def bench(**o: Any) -> None:
         seed=o["seed"],
     )
     plan = build_plan(**plan_args)
+    prompts, prompts_note, dataset = None, None, dataset_lengths(o, len(plan.at_s))
+    if dataset is not None:
+        prompts, p_len, o_len, prompts_note = dataset
+        plan = replace(plan, prompt_tokens=p_len, output_tokens=o_len)
     api_key = None
     if o["api_key_env"]:
         api_key = os.environ.get(o["api_key_env"])
         if not api_key:
             raise ConfigError(f"--api-key-env {o['api_key_env']}: that environment variable is not set")
     opts = BenchOptions(
-        url=check_url(o["url"]),
+        url=url,
         model=o["model"],
         plan=plan,
         out=Path(o["out"]),
@@ -381,6 +472,8 @@ def bench(**o: Any) -> None:
         overwrite=o["force"],
         workers=o["workers"],
         warmup=o["warmup"],
+        prompts=prompts,
+        prompts_note=prompts_note,
     )
     calibration = None
     if o["calibrate"] or o["self_check"]:
@@ -398,7 +491,7 @@ def bench(**o: Any) -> None:
             sweep = run_sweep(
                 opts,
                 rates,
-                lambda r: build_plan(**{**plan_args, "rate": r}),
+                lambda r: _with_lengths(build_plan(**{**plan_args, "rate": r}), dataset),
                 line,
                 calibration=calibration,
                 announce=lambda text: click.echo(text, err=True),
@@ -409,8 +502,49 @@ def bench(**o: Any) -> None:
         line.close()
     if rates:
         print_sweep(sweep, opts.out)
-    else:
-        print_result(doc, opts.out)
+        if sweep.get("interrupted"):
+            click.echo("perfkit: interrupted (each level measured so far is written)", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        return
+    print_result(doc, opts.out)
+    sys.exit(exit_status(doc))
+
+
+def dataset_lengths(o: dict[str, Any], n: int) -> tuple[list[str], Any, Any, str] | None:
+    """``--dataset-name sharegpt --dataset-path FILE`` (vLLM's options): ``n`` prompts and their
+    lengths (:func:`perfkit.loadgen.prompts.read_sharegpt`); None for synthetic prompts."""
+    name, path = o.get("dataset_name"), o.get("dataset_path")
+    if path and name != "sharegpt":
+        raise ConfigError("--dataset-path is read with --dataset-name sharegpt")
+    if name != "sharegpt":
+        return None
+    if not path:
+        raise ConfigError("--dataset-name sharegpt needs --dataset-path FILE (a local ShareGPT JSON file)")
+    if o.get("replay"):
+        raise ConfigError("--replay sends its log's lengths: give it or --dataset-name sharegpt, not both")
+    from perfkit.loadgen.prompts import read_sharegpt
+
+    return read_sharegpt(path, n, o["seed"], o.get("tokenizer"))
+
+
+def _with_lengths(plan: Any, dataset: tuple[list[str], Any, Any, str] | None) -> Any:
+    if dataset is None:
+        return plan
+    n = len(plan.at_s)
+    return replace(plan, prompt_tokens=dataset[1][:n], output_tokens=dataset[2][:n])
+
+
+def exit_status(doc: dict[str, Any]) -> int:
+    """130 when Ctrl-C stopped the run, 2 when it is invalid (said on stderr, with why), else 0."""
+    if doc.get("interrupted"):
+        click.echo("perfkit: interrupted: the result holds the requests measured so far", err=True)
+        return EXIT_INTERRUPTED
+    validity = doc.get("validity") or {}
+    if not validity.get("valid", False):
+        why = "; ".join(validity.get("reasons") or ["no reason recorded"])
+        click.echo(f"perfkit: the run is INVALID: {why}", err=True)
+        return EXIT_INVALID
+    return 0
 
 
 def calibration_against_lab(opts, cancel=None) -> dict[str, Any]:

@@ -36,11 +36,18 @@ import aiohttp
 import numpy as np
 
 from perfkit import __version__
-from perfkit.errors import ConfigError
+from perfkit.core.secrets import redact_text, url_userinfo_error
+from perfkit.errors import ConfigError, PerfkitError
 from perfkit.loadgen import client as C
 from perfkit.loadgen.records import RecordSink
 from perfkit.loadgen.result import SCHEMA, write_json
-from perfkit.loadgen.server_view import ServerView, disagreement
+from perfkit.loadgen.server_view import (
+    MAX_VERSION_BYTES,
+    ServerView,
+    disagreement,
+    parse_small_json,
+    read_body,
+)
 from perfkit.loadgen.summary import summarise
 
 MAX_OVERHEAD_FRAC = 0.10
@@ -73,23 +80,50 @@ class BenchOptions:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     workers: int = 1  # client processes (perfkit.loadgen.workers)
     warmup: int = 0  # requests sent first and not recorded
+    # request i's prompt text (a dataset's: --dataset-name sharegpt); None: synthetic prompts
+    prompts: list[str] | None = field(default=None, repr=False)
+    prompts_note: str | None = None  # where the prompts came from, for the result's meta
+
+
+def _refuse_credentials(url: Any, name: str) -> Any:
+    """``urlsplit(url)`` once ``url`` is known to carry no credentials: ``user:password@`` or a
+    secret-looking query parameter (``?api_key=``, ``?token=``: :mod:`perfkit.core.secrets`'s
+    rules) is refused without echoing it; so is any text that is not an http(s) URL with a host.
+    Messages show the URL only as scheme, host, port and path."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"{name}: expected http://HOST[:PORT][/PATH]")
+    if url_userinfo_error(name, url) or url_userinfo_error(name, url, strict=True):
+        hint = (
+            "perfkit sends no credentials to /metrics: give the URL without them, or --no-metrics"
+            if name == "--metrics-url"
+            else "pass the API key by env var name (--api-key-env), never in the URL"
+        )
+        raise ConfigError(f"{name} carries credentials (user:password@ or a token in its query): {hint}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        raise ConfigError(f"{name} {C._shown_url(url)!r}: not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{name} {redact_text(C._shown_url(url))!r}: expected http://HOST[:PORT][/PATH]")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(f"{name} carries credentials: pass the API key by env var name (--api-key-env)")
+    return parts
+
+
+def check_metrics_url(url: str) -> str:
+    """The server's /metrics URL (``--metrics-url``): as :func:`check_url` (no credentials, refused
+    without echoing them), but its path and a plain query are kept."""
+    _refuse_credentials(url, "--metrics-url")
+    return url
 
 
 def check_url(url: str) -> str:
     """A base URL perfkit will send load to: http(s), a host, no credentials (they belong in an env
     var: ``--api-key-env``), no query or fragment."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"--url {url[:80]!r}: not a URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--url {url[:80]!r}: expected http://HOST[:PORT][/PATH]")
-    if parts.username or parts.password:
-        raise ConfigError("--url carries credentials: pass the API key by env var name (--api-key-env)")
+    parts = _refuse_credentials(url, "--url")
     if parts.query or parts.fragment:
-        raise ConfigError(f"--url {url[:80]!r}: no query or fragment, the base URL only")
-    del port
+        raise ConfigError(f"--url {C._shown_url(url)!r}: no query or fragment, the base URL only")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):  # the OpenAI SDK's base URL: perfkit adds /v1/completions itself
         path = path[: -len("/v1")]
@@ -100,10 +134,15 @@ def records_name(out: Path) -> Path:
     return out.with_name(f"{out.stem}.requests.parquet")
 
 
-def prompt_factory(seed: int, tokenizer: str | None) -> Callable[[int, int], str]:
-    """Request i's prompt, built when it is sent (a long plan holds no prompts)."""
+def prompt_factory(
+    seed: int, tokenizer: str | None, prompts: list[str] | None = None
+) -> Callable[[int, int], str]:
+    """Request i's prompt, built when it is sent (a long plan holds no prompts), or ``prompts[i]``
+    (a dataset's texts; the warm-up's requests reuse them in turn)."""
     from perfkit.loadgen.prompts import load_tokenizer, make_prompt
 
+    if prompts:
+        return lambda i, tokens: prompts[i % len(prompts)]
     rng = np.random.default_rng(seed)
     tok = load_tokenizer(tokenizer) if tokenizer else None
 
@@ -154,7 +193,7 @@ async def _run(
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
         loop.add_signal_handler(signal.SIGINT, stop.set)
     watcher = asyncio.ensure_future(_watch(cancel, stop))
-    prompt_for = prompt_factory(opts.seed, opts.tokenizer)
+    prompt_for = prompt_factory(opts.seed, opts.tokenizer, opts.prompts)
     view = None
     scrape_url = metrics_url(opts)
     scrape_stop = asyncio.Event()
@@ -222,17 +261,22 @@ def run_blocking(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 async def _server_version(url: str) -> str | None:
-    """The server's ``/version`` (vLLM answers {"version": ...}); None when it has none."""
+    """The server's ``/version`` (vLLM answers {"version": ...}); None when it has none or when
+    the answer is not that: over :data:`MAX_VERSION_BYTES` after decompression, nested deep, not
+    JSON. Metadata: it never fails the run."""
+    where = C._shown_url(url.rstrip("/") + "/version")
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s,
             s.get(url.rstrip("/") + "/version") as r,
         ):
             if r.status == 200:
-                body = await r.json(content_type=None)
+                body = parse_small_json(await read_body(r, MAX_VERSION_BYTES, where), where)
                 v = body.get("version") if isinstance(body, dict) else None
-                return str(v)[:80] if v is not None else None
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+                if isinstance(v, str | int | float) and not isinstance(v, bool):
+                    text = " ".join(redact_text(str(v)[:200]).split())
+                    return text[:80] or None
+    except (PerfkitError, aiohttp.ClientError, TimeoutError, ValueError, RecursionError, OSError):
         return None
     return None
 
@@ -264,6 +308,10 @@ def run_bench(
     rec_path = records_name(opts.out)
     if rec_path.exists() and not opts.overwrite:
         raise ConfigError(f"{rec_path}: exists; choose another name or pass --force")
+    if opts.metrics_url:
+        opts.metrics_url = check_metrics_url(opts.metrics_url)
+    with C.event_loop_runner() as runner:  # metadata first: a hostile answer cannot lose the run
+        version = runner.run(_server_version(opts.url))
     sink = RecordSink(rec_path)
     started = datetime.now(UTC)
     if opts.workers > 1:
@@ -280,7 +328,6 @@ def run_bench(
                 info, server = runner.run(_run(opts, progress, sink, cancel))
             finally:
                 sink.close()
-        version = runner.run(_server_version(opts.url))
     doc: dict[str, Any] = {"schema": SCHEMA}
     numbers = summarise(rec_path, info.duration_s, opts.slo_ms or None)
     fidelity = numbers.pop("_fidelity")
@@ -309,7 +356,8 @@ def run_bench(
         "labels": dict(opts.labels),
         "request_ids": f"perfkit-{opts.run_id}-<i>",
         "clock_origin_s": info.origin_s,  # CLOCK_MONOTONIC at the records' zero (one process only)
-        "prompts": "exact (tokenizer)" if opts.tokenizer else "approximate (one common word per token)",
+        "prompts": opts.prompts_note
+        or ("exact (tokenizer)" if opts.tokenizer else "approximate (one common word per token)"),
     }
     doc["server"] = server
     doc["client_vs_server"] = disagreement(doc, server)
@@ -387,6 +435,8 @@ def calibrate(
     doc = run_bench(cal, cancel=cancel)
     for suffix in (".json", ".requests.parquet"):
         Path(os.fspath(out)).with_name(f"calibration{suffix}").unlink(missing_ok=True)
+    if doc["interrupted"]:  # Ctrl-C stops the whole command, not only its calibration
+        raise KeyboardInterrupt("stopped during calibration: the load test was not started")
     ttft, itl = doc.get("median_ttft_ms"), doc.get("median_itl_ms")
     return {
         "requests": doc["completed"],

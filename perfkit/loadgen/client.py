@@ -32,14 +32,26 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import numpy as np
 from aiohttp.client_proto import ResponseHandler
 
+from perfkit.core.secrets import redact_text
 from perfkit.loadgen.records import Record, RecordSink
 
 MAX_ERROR_BODY = 2048
+MAX_EVENT_BYTES = 2**20
+"""Longest SSE event (or line) held waiting for its blank line: a vLLM chunk is a few hundred bytes
+(a few KB with logprobs); more without an event boundary is not SSE (it grew until the timeout)."""
+TOKEN_SLACK = 16
+"""Tokens past ``max_tokens`` still believed (a server counting a stop token or a closing special
+token); past ``max_tokens`` + this, a stream or a usage count is a protocol failure."""
+BYTES_PER_TOKEN = 4096
+"""Most bytes a response may carry per token asked for (plus :data:`BASE_RESPONSE_BYTES`): a
+vLLM chunk of one token with continuous usage is ~300 bytes, so this is ten times that and more."""
+BASE_RESPONSE_BYTES = 2**18
 MAX_IN_FLIGHT = 4096
 """An open-loop run never holds more requests in flight than this. Past it the client is the
 bottleneck, and the schedule lag it records says so."""
@@ -124,29 +136,74 @@ def _text(obj: dict[str, Any], chat: bool) -> str:
     return str(c.get("text") or "")
 
 
+def scrub(text: str, key: str | None = None) -> str:
+    """``text`` (a server's error, whole: scrub BEFORE cutting it) without the API key ``key`` and
+    without anything credential-shaped (:func:`~perfkit.core.secrets.redact_text`). A server that
+    echoes the Authorization header hands the key back; a body cut at :data:`MAX_ERROR_BODY` may end
+    in its first part, which is removed too (8 characters or more)."""
+    if key:
+        text = text.replace(key, "<api key>")
+        for n in range(min(len(key) - 1, len(text)), 7, -1):  # the key's head at the text's end
+            if text.endswith(key[:n]):
+                text = text[:-n] + "<api key>"
+                break
+    return redact_text(text)
+
+
 class _Stream:
     """The SSE parser of one response: events split on blank lines, timed by their read."""
 
-    def __init__(self, rec: Record, sent: float, chat: bool) -> None:
-        self.rec, self.sent, self.chat = rec, sent, chat
-        self.buf = b""
+    def __init__(
+        self, rec: Record, sent: float, chat: bool, max_tokens: int | None = None, key: str | None = None
+    ) -> None:
+        self.rec, self.sent, self.chat, self.key = rec, sent, chat, key
+        self.buf = bytearray()
+        self.scanned = 0  # bytes of buf already searched for an event boundary
         self.last: float | None = None
         self.usage_seen = False
         self.usage_tokens = 0
         self.done = False
+        self.max_tokens, self.received, self.stop = max_tokens, 0, False  # stop: close the response
+        self.token_limit = None if max_tokens is None else max_tokens + TOKEN_SLACK
+        self.byte_limit = None if max_tokens is None else BASE_RESPONSE_BYTES + BYTES_PER_TOKEN * max_tokens
+
+    def _refuse(self, why: str, kind: str = "malformed") -> None:
+        self.rec.fail(kind, why)
+        self.stop = True
 
     def feed(self, data: bytes, now: float) -> None:
+        """Parse the events ``data`` completes. Each byte is searched once (the buffer holds only
+        an unfinished event, at most :data:`MAX_EVENT_BYTES`)."""
+        self.received += len(data)
+        if self.byte_limit is not None and self.received > self.byte_limit:
+            self._refuse(
+                f"the response is over {self.byte_limit:,} bytes for max_tokens {self.max_tokens}: "
+                "the server does not stop"
+            )
+            return
+        if self.buf.endswith(b"\r") and data.startswith(b"\n"):
+            self.buf[-1:] = b""  # a CRLF split between two reads
+            self.scanned = max(0, self.scanned - 1)
         if b"\r" in data:
             data = data.replace(b"\r\n", b"\n")
         self.buf += data
-        while True:
-            idx = self.buf.find(b"\n\n")
+        start = 0
+        while not self.stop:
+            idx = self.buf.find(b"\n\n", max(start, self.scanned - 1))
             if idx < 0:
-                return
-            event, self.buf = self.buf[:idx], self.buf[idx + 2 :]
+                break
+            event = bytes(self.buf[start:idx])
+            start, self.scanned = idx + 2, idx + 2
             for line in event.split(b"\n"):
                 if line.startswith(b"data:"):
                     self._data(line[5:].strip(), now)
+                    if self.stop:
+                        return
+        if start:
+            del self.buf[:start]
+        self.scanned = len(self.buf)
+        if len(self.buf) > MAX_EVENT_BYTES:
+            self._refuse(f"an SSE event (or line) is over {MAX_EVENT_BYTES:,} bytes without an end")
 
     def _data(self, raw: bytes, now: float) -> None:
         if raw == b"[DONE]":
@@ -155,19 +212,31 @@ class _Stream:
         try:
             obj = json.loads(raw)
         except Exception:  # not JSON, or nested past the parser's depth: hostile or broken
-            self.rec.fail("malformed", f"event is not JSON: {raw[:60]!r}")
+            # scrubbed before it is cut: a secret cut in half is not found afterwards
+            self._refuse(f"event is not JSON: {scrub(repr(raw[:MAX_ERROR_BODY]), self.key)[:60]}")
             return
         if not isinstance(obj, dict):
-            self.rec.fail("malformed", "event is not a JSON object")
+            self._refuse("event is not a JSON object")
             return
         if "error" in obj and not obj.get("choices"):
-            self.rec.fail("http_5xx", f"error event in stream: {str(obj.get('error'))[:120]}")
+            error = scrub(str(obj.get("error"))[:MAX_ERROR_BODY], self.key)
+            self._refuse(f"error event in stream: {error[:120]}", "http_5xx")
             return
         choices = obj.get("choices")
         tokens = 0
         usage = obj.get("usage")
         if isinstance(usage, dict):
             done_tokens = usage.get("completion_tokens")
+            if (
+                isinstance(done_tokens, int)
+                and self.token_limit is not None
+                and done_tokens > self.token_limit
+            ):
+                self._refuse(
+                    f"usage claims {min(done_tokens, MAX_TOKENS * 10):,} completion tokens for max_tokens "
+                    f"{self.max_tokens}: the usage is not believed"
+                )
+                return
             if isinstance(done_tokens, int) and 0 <= done_tokens <= MAX_TOKENS:
                 if choices:  # per-chunk usage (continuous_usage_stats): the delta is this chunk's
                     tokens = done_tokens - self.usage_tokens
@@ -188,6 +257,11 @@ class _Stream:
         rec = self.rec
         rec.chunks += 1
         rec.client_tokens += tokens
+        if self.token_limit is not None and rec.chunks > self.token_limit:
+            self._refuse(
+                f"the stream went past max_tokens {self.max_tokens} ({rec.chunks:,} chunks): the server does not stop"
+            )
+            return
         if self.last is None:
             rec.ttft_s = now - self.sent
         else:
@@ -262,8 +336,11 @@ async def one_request(
     body: bytes,
     t0: float,
     live: Live,
+    max_tokens: int | None = None,
 ) -> None:
-    """Send one request and fill ``rec``; never raises (except cancellation, recorded first)."""
+    """Send one request and fill ``rec``; never raises (except cancellation, recorded first).
+    With ``max_tokens`` (what the body asks for), a response past it (:data:`TOKEN_SLACK`), or
+    over :data:`BYTES_PER_TOKEN` bytes a token, is a ``malformed`` failure and is closed."""
     chat = target.endpoint == "chat"
     # identity: a gateway that gzips the stream would hold chunks back and hide their times
     headers = {
@@ -277,7 +354,7 @@ async def one_request(
     sent = time.perf_counter()
     rec.sent_s = sent - t0
     live.sent += 1
-    stream = _Stream(rec, sent, chat)
+    stream = _Stream(rec, sent, chat, max_tokens, target.api_key)
     box: dict[str, float] = {}  # filled by _on_sent when the body goes to the socket
     try:
         url = target.url.rstrip("/") + target.path
@@ -287,9 +364,9 @@ async def one_request(
                 rec.sent_s = box["sent"] - t0
             rec.status = resp.status
             if resp.status >= 400:
-                text = (await resp.content.read(MAX_ERROR_BODY)).decode("utf-8", "replace")
+                text = (await _read_some(resp, MAX_ERROR_BODY)).decode("utf-8", "replace")
                 kind = "http_5xx" if resp.status >= 500 else "http_4xx"
-                rec.fail(kind, f"HTTP {resp.status}: {_error_message(text)}")
+                rec.fail(kind, f"HTTP {resp.status}: {_error_message(text, target.api_key)}")
                 return
             encoding = resp.headers.get("Content-Encoding", "identity").lower()
             if encoding not in ("", "identity"):
@@ -299,6 +376,9 @@ async def one_request(
                 return
             async for data in resp.content.iter_any():
                 stream.feed(data, _read_time(resp))
+                if stream.stop:
+                    resp.close()  # a hostile or broken stream: stop reading it
+                    return
             if not stream.done:
                 rec.fail("disconnect", "the stream ended before [DONE]")
     except asyncio.CancelledError:
@@ -315,8 +395,11 @@ async def one_request(
         rec.fail("connect", f"cannot connect: {exc.os_error.strerror or exc}")
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, ConnectionResetError) as exc:
         rec.fail("disconnect", f"connection closed mid-stream: {type(exc).__name__}")
+    except aiohttp.TooManyRedirects as exc:
+        where = _shown_url(str(exc.request_info.real_url))
+        rec.fail("connect", f"redirect loop at {where} ({len(exc.history)} redirects)")
     except aiohttp.ClientError as exc:
-        rec.fail("connect", f"{type(exc).__name__}: {exc}")
+        rec.fail("connect", scrub(f"{type(exc).__name__}: {exc}", target.api_key))
     finally:
         stream.finish()
         if target.api_key and rec.detail and target.api_key in rec.detail:
@@ -346,15 +429,38 @@ def tracing() -> aiohttp.TraceConfig:
     return trace
 
 
-def _error_message(text: str) -> str:
+async def _read_some(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the body (``content.read(n)`` returns only what is buffered)."""
+    data = b""
+    while len(data) < limit and (chunk := await resp.content.read(limit - len(data))):
+        data += chunk
+    return data
+
+
+def _shown_url(url: str) -> str:
+    """``url`` as it may be shown: no credentials, no query, no fragment."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.hostname or ""
+        netloc = f"[{netloc}]" if ":" in netloc else netloc
+        if parts.port:
+            netloc = f"{netloc}:{parts.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))[:200]
+    except ValueError:
+        return "<unreadable URL>"
+
+
+def _error_message(text: str, key: str | None = None) -> str:
+    """The message of an error body (OpenAI's ``{"error": {"message": ...}}``), scrubbed, then cut."""
+    text = scrub(text, key)
     try:
         obj = json.loads(text)
         err = obj.get("error", obj) if isinstance(obj, dict) else obj
         msg = err.get("message") if isinstance(err, dict) else err
         text = str(msg if msg is not None else obj)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
-    return " ".join(text.split())[:160]
+    return " ".join(scrub(text, key).split())[:160]
 
 
 @dataclass
@@ -414,7 +520,7 @@ async def run_plan(
         rec = Record(i=int(ids[i]) if ids is not None else i, scheduled_s=scheduled - t0)
         try:
             body = payload(target, prompt_for(i, int(prompt_tokens[i])), int(output_tokens[i]))
-            await one_request(session, target, rec, body, t0, live)
+            await one_request(session, target, rec, body, t0, live, int(output_tokens[i]))
         finally:
             sink.add(rec)
             cap.release()

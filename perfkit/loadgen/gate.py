@@ -7,32 +7,37 @@ TPOT, ITL, E2EL) and error rate up is bad; throughput (req/s, output and total t
 attainment down is bad. A metric **regresses** when it is worse than the history's median by
 more than its band:
 
-    band = max(max_regression x |median|,  k x 1.4826 x MAD(history),  floor,  resolution)
+    band = max(max_regression x |median|,  noise,  floor,  resolution)
 
-* ``max_regression`` (10 % for latency, 5 % for throughput): the change that matters; the only
-  term a history of one or two runs supports (their spread says nothing).
-* ``k x 1.4826 x MAD`` (k = 3): the noise seen. On a shared 2-core CI runner one build moves from
-  run to run by more than 10 %; the band widens to what the history shows. 1.4826 x MAD estimates
-  a normal standard deviation that one outlier run cannot inflate.
-* ``floor`` (absolute): near zero a relative rule is meaningless (10 % of a 0.4 ms ITL is below
-  event-loop jitter). Latency floors are the load generator's stated accuracy (TTFT, E2EL 2 ms;
-  TPOT, ITL 1 ms, 2 ms at p99); error rate 1 point (``max_regression`` 0); attainment 2 points
-  (binomial noise of a few hundred judged requests).
-* ``resolution`` (throughputs, attainment): one request crossing each edge of the measured window
-  moves a throughput by 2/duration (times tokens per request for tok/s), attainment by 2/judged;
-  short CI runs would otherwise flag the counting step.
+* ``max_regression`` (10 % for latency, 5 % for throughput): the change that matters.
+* ``noise``: what the measurement itself moves, the larger of two measured terms. **within-run
+  CI** (from the first baseline on): each run's interval from its per-request records
+  (:func:`perfkit.loadgen.records.run_noise`: a percentile's order-statistic interval, exact
+  binomial ranks at ``k`` standard errors' coverage, 99.73 % at k = 3; a mean's batch means).
+  Requests sent together share the machine's state (a hiccup of a shared 2-core runner delays a
+  dozen at once: an identical rerun's p99 TTFT moved +35 %), so the variance is taken between ten
+  blocks of requests in send order (Woodruff), leaving fewer independent requests. The term is
+  ``hypot(d_new, d_ref)`` (:func:`perfkit.loadgen.records.within_band`). A percentile whose
+  interval reaches past the run's largest value is not judged ("too few requests for p99: n=...").
+  **history MAD** (from 3 baselines on): ``k x 1.4826 x MAD``, the run-to-run noise one run's
+  records cannot show. Without records (an imported result) a mean's noise is the tool's
+  ``std / sqrt(n)`` ("tool-reported, no records") and a p99 is judged only against 3 baselines
+  ("history only"). The table names each band's noise source.
+* ``floor`` (absolute): the load generator's stated accuracy (TTFT, E2EL 2 ms; TPOT, ITL 1 ms,
+  2 ms at p99); error rate 1 point; attainment 2 points.
+* ``resolution`` (throughputs, attainment): one request crossing each edge of the measured window.
 
-A p99 is judged only from ``min_requests`` (1,000) completed requests (:data:`P99_MIN_REQUESTS`).
 A better value past the band is ``improved``; a metric without a value or history ``no-data``.
 The verdict is ``pass`` (exit 0), ``regress`` (exit 1) or ``unusable`` (exit 2: no comparable
-history, fewer than ``min_history`` baselines, or a run marked invalid unless ``allow_invalid``).
+history, fewer than ``min_history`` baselines, a run marked invalid unless ``allow_invalid``, a
+run that completed no request, or nothing judged: no latency or throughput to compare).
 A policy YAML (:meth:`Policy.from_file`) may change any of it::
 
     history: 5            # compare with the newest N comparable baselines
     min_history: 1        # fewer comparable baselines: unusable
-    k: 3                  # the spread multiplier of every metric (each may set its own)
+    k: 3                  # the noise multiplier of every metric (each may set its own)
     metrics:
-      p99_ttft_ms: {max_regression: 15%, floor: 5, min_requests: 500}
+      p99_ttft_ms: {max_regression: 15%, floor: 5, min_requests: 2000}
       errors.rate: {enabled: false}
       max_output_tokens_per_s: {direction: higher_is_better, max_regression: 0.05}
 """
@@ -46,18 +51,24 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfkit.errors import ConfigError
+from perfkit.loadgen.result import counting_step, metric_value, records_path
 from perfkit.loadgen.store import Baseline, content_hash, effective_labels, finite, iter_store, load_signature
 from perfkit.loadgen.store import read_input as read_result_input
 from perfkit.sources.safeyaml import load_yaml
+
+if TYPE_CHECKING:  # records (pyarrow) is imported when a run's records are read
+    from perfkit.loadgen.records import RunNoise
 
 LOWER = "lower_is_better"
 HIGHER = "higher_is_better"
 MAD_TO_SIGMA = 1.4826
 """1.4826 x MAD estimates the standard deviation of normal noise, robust to one outlier run."""
 STATUS_ORDER = {"regressed": 0, "improved": 1, "pass": 2, "no-data": 3}
+MIN_HISTORY_MAD = 3  # baselines from which the history's spread (MAD) estimates noise
+P99_MIN_REQUESTS = 1000  # without records: compare's rule (its interval needs 658 independent ones)
 EXIT = {"pass": 0, "regress": 1, "unusable": 2}
 
 Warn = Callable[[str], None]
@@ -74,16 +85,11 @@ class MetricRule:
     k: float = 3.0
     enabled: bool = True
     min_requests: int = 0
-    """Completed requests the new result needs for this metric to be judged (p99: 1,000)."""
+    """Completed requests the new result needs (a policy's; a percentile's interval needs its own)."""
     unit: str = ""
     resolution: str | None = None
     """``requests``, ``output_tokens``, ``total_tokens`` (throughputs) or ``judged`` (attainment)."""
 
-
-P99_MIN_REQUESTS = 1000
-"""A p99 of n requests rests on the n/100 slowest; under 1,000 (10 beyond it) its 95 % confidence
-interval reaches the sample maximum (at 200 requests, 2 requests: one scheduler hiccup of a
-shared runner moved an A/A p99 TTFT by +47 % here), so it is not judged."""
 
 DEFAULT_RULES: tuple[MetricRule, ...] = (
     *(
@@ -92,7 +98,6 @@ DEFAULT_RULES: tuple[MetricRule, ...] = (
             LOWER,
             0.10,
             2.0 if m in ("ttft", "e2el") or stat == "p99" else 1.0,
-            min_requests=P99_MIN_REQUESTS if stat == "p99" else 0,
             unit="ms",
         )
         for m in ("ttft", "tpot", "itl", "e2el")
@@ -202,7 +207,12 @@ class Row:
     change_pct: float | None = None
     n: int = 0
     why: str | None = None
-    """Why a metric has no data: ``few requests``, ``no value`` or ``no history``."""
+    """Why a metric was not judged: ``too few requests for p99: n=...``, ``no value``, ``no history``."""
+    within: float | None = None
+    """The within-run term of the band (the runs' intervals combined), when measured."""
+    noise_from: str = "none"
+    """The noise term's source: ``within-run CI``, ``history MAD``, ``both``, ``history only`` (no
+    records), ``tool-reported, no records``, ``none``."""
 
 
 @dataclass
@@ -258,26 +268,6 @@ class Verdict:
         }
 
 
-def metric_value(doc: Mapping[str, Any], metric: str) -> float | None:
-    """The value of ``metric`` (a top-level field or a dotted path: ``goodput.attainment``,
-    ``percentiles.ttft_ms.99.9``) in ``doc``; None when absent or null; ValueError when not a number."""
-    if metric == "errors.rate":
-        return _error_rate(doc)
-    value: Any = doc
-    parts = metric.split(".")
-    while parts and isinstance(value, Mapping):  # the longest key first: "99.9" is one key
-        keys = (".".join(parts[:i]) for i in range(len(parts), 0, -1))
-        if (key := next((k for k in keys if k in value), None)) is None:
-            return None
-        value, parts = value[key], parts[key.count(".") + 1 :]
-    if parts or value is None:
-        return None
-    number = finite(value)
-    if number is None:
-        raise ValueError(f"{metric} is {str(value)[:40]!r}, not a finite number")
-    return number
-
-
 def differences(
     result: Mapping[str, Any], baseline: Baseline, labels: Mapping[str, str]
 ) -> list[tuple[str, Any, Any]]:
@@ -303,10 +293,15 @@ def judge(
     *,
     allow_invalid: bool = False,
     labels: Mapping[str, str] | None = None,
+    records: str | os.PathLike[str] | None = None,
+    warn: Warn | None = None,
 ) -> Verdict:
     """Judge ``result`` against the comparable baselines among ``history`` (newest ``policy.history``).
 
     ``labels`` are the result's labels over its ``meta.labels`` (``hardware`` decides comparability).
+    ``records`` is the result's per-request records file: its within-run intervals; a stored
+    baseline's records are found beside it. Without them the band rests on the history and the
+    tool's own figures (see the module's docstring).
     """
     policy = policy or Policy()
     own = {**effective_labels(result), **(labels or {})}
@@ -321,6 +316,9 @@ def judge(
             verdict.reasons.append(f"the run is marked invalid ({why}); judge it anyway with --allow-invalid")
     if result.get("interrupted") is True:
         verdict.notes.append("the run was interrupted: it measured fewer requests than planned")
+    if not (finite(result.get("completed")) or 0) > 0:
+        failed = int(finite(result.get("failed")) or 0)
+        verdict.reasons.append(f"nothing measured: the run completed no request ({failed} failed)")
 
     digest = content_hash(result)
     candidates: list[Baseline] = []
@@ -348,24 +346,40 @@ def judge(
         verdict.overall = "unusable"
         return verdict
 
+    from perfkit.loadgen.records import noise_of
+
+    def say(message: str) -> None:
+        verdict.warnings.append(message)
+        if warn is not None:
+            warn(message)
+
+    noise = {
+        b.id: noise_of(b.doc, b.path and records_path(b.path, b.doc), f"baseline {b.id}", say) for b in chosen
+    }
+    noise[""] = noise_of(result, records, "the result", say)
     for rule in policy.rules:
         if rule.enabled:
-            row = _judge_metric(rule, result, chosen, verdict)
+            row = _judge_metric(rule, result, chosen, verdict, noise)
             if row is not None:
                 verdict.rows.append(row)
     verdict.rows.sort(key=lambda r: STATUS_ORDER[r.status])
-    if few := [r.metric for r in verdict.rows if r.why == "few requests"]:
+    if noise[""] is None:
         verdict.notes.append(
-            f"not judged: {', '.join(few)}: {result.get('completed')} completed requests are too few for a "
-            "tail percentile (the policy's min_requests; a p99 needs 1,000)"
+            "no per-request records with the result: its bands rest on the history and the tool's own "
+            "figures (a p99 is judged only against 3 baselines or more)"
         )
+    if few := [r for r in verdict.rows if (r.why or "").startswith("too few requests")]:
+        verdict.notes.append(f"not judged: {', '.join(r.metric for r in few)}: {few[0].why}")
+    counted = [r for r in verdict.rows if r.status != "no-data" and r.metric not in _NOT_COUNTED]
     if verdict.reasons:
         verdict.overall = "unusable"
     elif verdict.regressed:
         verdict.overall = "regress"
-    elif all(r.status == "no-data" for r in verdict.rows):
+    elif not counted:
         verdict.overall = "unusable"
-        verdict.reasons.append("no metric has both a new value and a history to compare with")
+        verdict.reasons.append(
+            "nothing to judge: no latency or throughput has both a new value and a history to compare with"
+        )
     return verdict
 
 
@@ -379,7 +393,8 @@ def gate(
     warn: Warn | None = None,
     index: int | None = None,
 ) -> Verdict:
-    """Read the result at ``result_path`` and judge it against the baselines of ``store``.
+    """Read the result at ``result_path`` and judge it against the baselines of ``store``, with the
+    per-request records beside each (the within-run noise).
 
     Unreadable store files are skipped (each through ``warn``, and listed in the verdict's warnings).
     Raises :class:`~perfkit.errors.PerfkitError` for an unreadable result or store folder.
@@ -390,7 +405,10 @@ def gate(
     if warn is not None:
         for message in skipped:
             warn(message)
-    verdict = judge(result, baselines, policy, allow_invalid=allow_invalid, labels=labels)
+    rec = records_path(result_path, result)
+    verdict = judge(
+        result, baselines, policy, allow_invalid=allow_invalid, labels=labels, records=rec, warn=warn
+    )
     verdict.result["file"] = Path(result_path).name
     verdict.warnings[:0] = skipped
     return verdict
@@ -399,17 +417,27 @@ def gate(
 # --------------------------------------------------------------------------------------------------
 
 
+_NOT_COUNTED = ("errors.rate", "goodput.attainment")  # alone they are not a measurement to pass
+_THROUGHPUTS = ("requests", "output_tokens", "total_tokens")
+
+
 def _judge_metric(
-    rule: MetricRule, result: Mapping[str, Any], chosen: list[Baseline], verdict: Verdict
+    rule: MetricRule,
+    result: Mapping[str, Any],
+    chosen: list[Baseline],
+    verdict: Verdict,
+    noise: Mapping[str, RunNoise | None],
 ) -> Row | None:
     try:
         new = metric_value(result, rule.metric)
     except ValueError as exc:
         verdict.reasons.append(f"the result's {exc}")
         return None
-    if (finite(result.get("completed")) or 0) < rule.min_requests:
-        return Row(rule.metric, rule.direction, rule.unit, "no-data", new, why="few requests")
-    values = []
+    completed = int(finite(result.get("completed")) or 0)
+    no_data = Row(rule.metric, rule.direction, rule.unit, "no-data", new)
+    if completed < rule.min_requests:
+        return replace(no_data, why=f"too few requests for {rule.metric}: n={completed:,} (the policy's min_requests {rule.min_requests:,})")  # fmt: skip
+    values: list[tuple[str, float]] = []
     slo = _dict(result.get("goodput")).get("slo_ms")
     for base in chosen:
         if rule.metric.startswith("goodput.") and _dict(base.doc.get("goodput")).get("slo_ms") != slo:
@@ -421,60 +449,41 @@ def _judge_metric(
             verdict.warnings.append(f"baseline {base.id}: {exc}; left out of {rule.metric}")
             continue
         if value is not None:
-            values.append(value)
+            values.append((base.id, value))
     if new is None or not values:
-        why = "no value" if new is None else "no history"
-        return Row(rule.metric, rule.direction, rule.unit, "no-data", new, n=len(values), why=why)
-    median = statistics.median(values)
-    spread = MAD_TO_SIGMA * statistics.median(abs(v - median) for v in values)
+        return replace(no_data, n=len(values), why="no value" if new is None else "no history")
+    median = statistics.median(v for _, v in values)
+    mad = MAD_TO_SIGMA * statistics.median(abs(v - median) for _, v in values)
+    spread = mad if len(values) >= MIN_HISTORY_MAD else None
+    sign = 1.0 if rule.direction == LOWER else -1.0
+    from perfkit.loadgen.records import within_band
+
+    std = finite(result.get(rule.metric.replace("mean_", "std_", 1)))
+    within, source, why = within_band(
+        rule.metric, rule.k, sign, new, noise.get(""), [(noise.get(i), v) for i, v in values],
+        completed=completed, throughput=rule.resolution in _THROUGHPUTS, p99_min=P99_MIN_REQUESTS,
+        reported_se=std / math.sqrt(completed) if std else None,
+    )  # fmt: skip
+    if why is not None and (spread is None or why.startswith("too few")):
+        return replace(no_data, n=len(values), why=why)
+    history_term = rule.k * spread if spread is not None else None
+    sources = [x for x in (source, "history MAD" if history_term is not None else None) if x]
+    noise_from = {("within-run CI", "history MAD"): "both", ("history MAD",): "history only" if noise.get("") is None else "history MAD"}.get(tuple(sources), " + ".join(sources) or "none")  # fmt: skip
     terms = {
         "relative": rule.max_regression * abs(median),
-        "spread": rule.k * spread,
+        "noise": max(within or 0.0, history_term or 0.0),
         "floor": rule.floor,
-        "resolution": _resolution(rule.resolution, result),
+        "resolution": counting_step(rule.resolution, result),
     }
     band_from = max(terms, key=lambda t: terms[t])
     band = terms[band_from]
-    sign = 1.0 if rule.direction == LOWER else -1.0
     worse = sign * (new - median)
     status = "regressed" if worse > band else "improved" if -worse > band else "pass"
     change = (new - median) / abs(median) * 100 if median else None
     return Row(
         rule.metric, rule.direction, rule.unit, status, new, median, spread, band, band_from,
-        median + sign * band, change, len(values),
+        median + sign * band, change, len(values), None, within, noise_from,
     )  # fmt: skip
-
-
-def _resolution(kind: str | None, doc: Mapping[str, Any]) -> float:
-    """The counting step of a throughput (two requests over the window) or of attainment (two requests)."""
-    if kind is None:
-        return 0.0
-    if kind == "judged":
-        judged = finite(_dict(doc.get("goodput")).get("judged"))
-        return 2.0 / judged if judged else 0.0
-    duration, completed = finite(doc.get("duration")), finite(doc.get("completed"))
-    if not duration or not completed:
-        return 0.0
-    per_request = 1.0
-    if kind in ("output_tokens", "total_tokens"):
-        tokens = finite(doc.get("total_output_tokens")) or 0.0
-        if kind == "total_tokens":
-            tokens += finite(doc.get("total_input_tokens")) or 0.0
-        per_request = tokens / completed
-    return 2.0 * per_request / duration
-
-
-def _error_rate(doc: Mapping[str, Any]) -> float | None:
-    rate = _dict(doc.get("errors")).get("rate")
-    if rate is not None:
-        number = finite(rate)
-        if number is None or not 0 <= number <= 1:
-            raise ValueError(f"errors.rate is {str(rate)[:40]!r}, not a fraction")
-        return number
-    completed, failed = finite(doc.get("completed")), finite(doc.get("failed"))
-    if completed is None or failed is None or completed + failed <= 0:
-        return None
-    return failed / (completed + failed)
 
 
 def _failure_notes(result: Mapping[str, Any], verdict: Verdict) -> None:
@@ -559,16 +568,13 @@ def _number(value: Any, where: str, low: float, high: float) -> float:
     return number
 
 
-def _direction(value: Any, where: str) -> str:
-    if value not in (LOWER, HIGHER):
-        raise ConfigError(f"{where}: expected {LOWER} or {HIGHER}, found {_key(value)!r}")
-    return str(value)
+def _one_of(choices: tuple[Any, ...], said: str) -> Callable[[Any, str], Any]:
+    def check(value: Any, where: str) -> Any:
+        if isinstance(value, bool) is not isinstance(choices[0], bool) or value not in choices:
+            raise ConfigError(f"{where}: expected {said}, found {_key(value)!r}")
+        return value
 
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: expected true or false, found {_key(value)!r}")
-    return value
+    return check
 
 
 def _fraction(value: Any, where: str) -> float:
@@ -585,10 +591,10 @@ def _fraction(value: Any, where: str) -> float:
 
 
 _RULE_CHECKS: dict[str, Callable[[Any, str], Any]] = {
-    "direction": _direction,
+    "direction": _one_of((LOWER, HIGHER), f"{LOWER} or {HIGHER}"),
     "max_regression": _fraction,
     "floor": lambda value, where: _number(value, where, 0, 1e12),
     "k": lambda value, where: _number(value, where, 0, 100),
-    "enabled": _bool,
+    "enabled": _one_of((True, False), "true or false"),
     "min_requests": lambda value, where: _int(value, where, 0, 10**9),
 }

@@ -30,6 +30,7 @@ import numpy as np
 
 from perfkit.errors import ConfigError
 from perfkit.sources.safeio import RefusedFile, read_capped
+from perfkit.sources.safejson import load_json_bounded
 
 _STARTER_TEXT = """
 the to and of in is for that you it on with this was be as are have at he not by but from my or we
@@ -111,8 +112,9 @@ token only after a space."""
 N_STARTERS = len(_STARTERS)
 PREFIX_SEED = 20261118
 """Seed of the shared prefix's words: fixed, so every run and process sends the same prefix."""
-MAX_PROMPT_TOKENS = 2**24
-"""Longest prompt made (16.7 M tokens, ~100 MB of text): above any served context window."""
+MAX_PROMPT_TOKENS = 2**20
+"""Longest prompt made (1,048,576 tokens, ~6.7 MB of text, ~60 ms to build): the longest context
+windows served in practice are 1 M tokens (:data:`perfkit.loadgen.shapes.MAX_PROMPT_TOKENS`)."""
 MAX_TOKENIZER_BYTES = 64 * 2**20
 """Largest tokenizer.json read: the biggest vocabularies (Gemma's 262k) take about 33 MB."""
 FIT_ROUNDS = 8
@@ -299,3 +301,85 @@ def _fit(tok: Tokenizer, n: int, prefix: str, k: int, rng: np.random.Generator) 
             if prefix and not body[:1].isspace():
                 body = " " + body
     return prefix + body, False
+
+
+# -- ShareGPT ---------------------------------------------------------------------------------------
+
+MAX_SHAREGPT_BYTES = 64 * 2**20
+"""Largest ShareGPT file read whole (its JSON objects take ~5x its size in memory): vLLM's usual
+``ShareGPT_V3_unfiltered_cleaned_split.json`` (642 MB) is over it; take a subset first
+(``jq '.[:20000]'``: ~25 MB)."""
+CHARS_PER_TOKEN = 4
+"""Without a tokenizer, a ShareGPT text's length in tokens is estimated as its characters over
+this (English under GPT-style BPE vocabularies: about four characters a token)."""
+
+
+def read_sharegpt(
+    path: str | Path, n: int, seed: int, tokenizer: Tokenizer | str | Path | None = None
+) -> tuple[list[str], np.ndarray, np.ndarray, str]:
+    """``n`` requests from a ShareGPT file (vLLM's ``--dataset-name sharegpt``: a JSON list of
+    ``{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}``):
+    each prompt is a conversation's first human turn and its output length the reply's length.
+    Conversations are shuffled with ``seed`` and reused in turn when ``n`` is larger. Returns
+    ``(prompts, prompt_tokens, output_tokens, note)``; lengths are exact with a tokenizer, else
+    :data:`CHARS_PER_TOKEN` estimates. Raises :class:`~perfkit.errors.ConfigError` naming the file."""
+    from perfkit.loadgen.shapes import MAX_OUTPUT_TOKENS
+    from perfkit.loadgen.shapes import MAX_PROMPT_TOKENS as PLAN_MAX_PROMPT
+
+    p = Path(path)
+    try:
+        data = read_capped(p, MAX_SHAREGPT_BYTES)
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: ShareGPT file not found") from None
+    except RefusedFile as err:
+        raise ConfigError(
+            f"{p}: ShareGPT file refused: {err.reason} (take a subset: jq '.[:20000]')"
+        ) from None
+    except OSError as err:
+        raise ConfigError(f"{p}: cannot read the ShareGPT file ({err.strerror or err})") from None
+    doc = load_json_bounded(data, source=str(p))  # refuses depth, value count, huge ints: file:line
+    del data
+    if not isinstance(doc, list):
+        raise ConfigError(f"{p}: a ShareGPT file is a JSON list of conversations, not {type(doc).__name__}")
+    pairs: list[tuple[str, str]] = []
+    for entry in doc:
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        if not isinstance(turns, list):
+            continue
+        k = next(
+            (j for j, t in enumerate(turns) if isinstance(t, dict) and t.get("from") in ("human", "user")),
+            None,
+        )
+        if k is None or k + 1 >= len(turns) or not isinstance(turns[k + 1], dict):
+            continue
+        prompt, reply = turns[k].get("value"), turns[k + 1].get("value")
+        if isinstance(prompt, str) and isinstance(reply, str) and prompt.strip() and reply.strip():
+            pairs.append((prompt, reply))
+    del doc
+    if not pairs:
+        raise ConfigError(f"{p}: no conversation with a human turn and a reply (ShareGPT's 'conversations')")
+    tok = _tokenizer(tokenizer)
+
+    def count(text: str) -> int:
+        if tok is not None:
+            return len(tok.encode(text, add_special_tokens=False).ids)
+        return -(-len(text) // CHARS_PER_TOKEN)
+
+    order = np.random.default_rng(seed).permutation(len(pairs))
+    prompts: list[str] = []
+    p_len, o_len = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    lengths: dict[int, tuple[int, int]] = {}
+    for i in range(n):
+        j = int(order[i % len(order)])
+        if j not in lengths:
+            lengths[j] = (count(pairs[j][0]), count(pairs[j][1]))
+        p_len[i], o_len[i] = lengths[j]
+        prompts.append(pairs[j][0])
+    if p_len.max() > PLAN_MAX_PROMPT:
+        raise ConfigError(
+            f"{p}: a prompt of {int(p_len.max()):,} tokens is over the {PLAN_MAX_PROMPT:,} limit"
+        )
+    p_len, o_len = p_len.clip(1), o_len.clip(1, MAX_OUTPUT_TOKENS)
+    how = "tokenizer" if tok is not None else f"estimated: {CHARS_PER_TOKEN} characters a token"
+    note = f"sharegpt {p.name}: {len(pairs):,} conversations, first human turn as prompt (lengths {how})"
+    return prompts, p_len, o_len, note

@@ -30,12 +30,20 @@ import numpy as np
 import polars as pl
 
 from perfkit.core.frames import MetricStore
+from perfkit.core.secrets import redact_text
 from perfkit.engine.local import bucket_quantile
 from perfkit.errors import PerfkitError
 from perfkit.sources.openmetrics import parse_text
+from perfkit.sources.safejson import load_json_bounded
 
 SCRAPE_EVERY_S = 2.0
 MAX_METRICS_BYTES = 16 * 1024 * 1024
+"""Largest /metrics page read, counted after decompression (vLLM's is ~100-300 KB; a 16-GPU node
+with per-LoRA series a few MB)."""
+MAX_VERSION_BYTES = 64 * 1024
+"""Largest /version answer read (vLLM's is ``{"version": "0.11.0"}``: 20 bytes)."""
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of a small JSON answer (/version) parsed: vLLM's has depth 1."""
 GAUGES: dict[str, tuple[str, ...]] = {
     "waiting": ("vllm:num_requests_waiting",),
     "running": ("vllm:num_requests_running",),
@@ -56,6 +64,29 @@ WANTED = frozenset(
 DISAGREE_MS = 5.0
 """A client-server gap above this (and 10 % of the server's value) is named: under it, the two
 measure the same thing up to a loopback round trip and a scheduler tick."""
+
+
+async def read_body(resp: aiohttp.ClientResponse, limit: int, where: str) -> bytes:
+    """The whole body of ``resp``, up to EOF (a page sent in several TCP writes is read whole),
+    refusing one over ``limit`` bytes after decompression (a gzip bomb, an endless body) with a
+    :class:`PerfkitError` naming ``where``; the connection is then closed."""
+    parts: list[bytes] = []
+    got = 0
+    while True:
+        chunk = await resp.content.readany()
+        if not chunk:
+            return b"".join(parts)
+        got += len(chunk)
+        if got > limit:
+            resp.close()
+            raise PerfkitError(f"{where}: the answer is over {limit:,} bytes (after decompression)")
+        parts.append(chunk)
+
+
+def parse_small_json(data: bytes, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``data`` parsed as JSON within bounds (:func:`perfkit.sources.safejson.load_json_bounded`:
+    nesting, value count, integers past 64 bits, NaN); :class:`PerfkitError` naming ``where``."""
+    return load_json_bounded(data, source=where, max_depth=max_depth, max_values=10_000)
 
 
 def _family(name: str) -> str:
@@ -98,13 +129,12 @@ class ServerView:
             async with session.get(self.metrics_url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
                 if resp.status != 200:
                     raise PerfkitError(f"{self.metrics_url}: HTTP {resp.status}")
-                body = await resp.content.read(MAX_METRICS_BYTES + 1)
-                if len(body) > MAX_METRICS_BYTES:
-                    raise PerfkitError(f"{self.metrics_url}: over {MAX_METRICS_BYTES >> 20} MB")
+                body = await read_body(resp, MAX_METRICS_BYTES, self.metrics_url)
             store = await asyncio.get_running_loop().run_in_executor(None, self._parse, body)
         except (PerfkitError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
             if len(self.errors) < 5:
-                self.errors.append(" ".join(str(exc).split())[:200] or type(exc).__name__)
+                text = redact_text(str(exc)[:4096])  # scrubbed before it is cut (a server's words)
+                self.errors.append(" ".join(text.split())[:200] or type(exc).__name__)
             return
         self._keep(store)
 

@@ -26,9 +26,9 @@ when one of ``concurrency`` slots is free) and asks for ``output_tokens[i]`` tok
 
   Other columns (``hash_ids``, a prompt) are ignored. Arrivals are made relative to the earliest,
   sorted and divided by ``time_scale`` (2: twice as fast). A broken line (not JSON, a missing
-  column, a negative, fractional or non-numeric value, a length over :data:`MAX_TOKENS`, a time
-  over :data:`MAX_SPAN_S` from the first row's) is a :class:`~perfkit.errors.BundleError` naming
-  ``file:line``, unless ``max_bad_lines`` allows skipping it (counted in ``replay["skipped"]``).
+  column, a negative, fractional or non-numeric value, a prompt over :data:`MAX_PROMPT_TOKENS` or an
+  output over :data:`MAX_OUTPUT_TOKENS`, a time over :data:`MAX_SPAN_S` from the first row's) is a
+  :class:`~perfkit.errors.BundleError` naming ``file:line``, unless ``max_bad_lines`` allows skipping it (counted in ``replay["skipped"]``).
 * :func:`replay_bundle`: an incident bundle's traffic over its window: a Poisson process following
   the per-minute request rate (``vllm:e2e_request_latency_seconds_count``, else
   ``vllm:request_success_total``, plus the backlog's growth: :func:`_arrivals_per_minute`);
@@ -62,8 +62,14 @@ SHAPES = ("concurrency", "rate", "burst", "replay")
 ARRIVALS = ("poisson", "gamma", "constant")
 
 MAX_TOKENS = 2**24
-"""Largest prompt or output length accepted (16.7 M tokens): above the longest context any served
-model offers (10 M), so a bigger number is a unit or column mistake, not a request."""
+"""Largest token count read from a log before it is judged (16.7 M: above the longest context any
+model offers, 10 M), so a bigger number is a unit or column mistake, not a request."""
+MAX_PROMPT_TOKENS = 2**20
+"""Longest prompt sent (1,048,576 tokens): the longest context served in practice (Qwen2.5-1M, Llama 4
+Maverick), ~6.7 MB of text built in ~60 ms; 16.7 M tokens was 100 MB and 1 s of event loop each."""
+MAX_OUTPUT_TOKENS = 2**18
+"""Most output tokens asked of one request (262,144): twice the longest generation limit offered
+(128 k). The client keeps ~100 bytes per chunk of a stream, so this bounds a request to ~25 MB."""
 MAX_PLAN_REQUESTS = 10_000_000
 """Most requests one plan holds (three arrays: 160 MB at this size): a week at 16 req/s."""
 MAX_REPLAY_BYTES = 512 * 2**20
@@ -107,12 +113,10 @@ class Plan:
         if at.ndim != 1 or (len(at) and (not np.isfinite(at).all() or at[0] < 0 or (np.diff(at) < 0).any())):
             raise ConfigError("plan arrival times must be one list of finite, non-decreasing seconds >= 0")
         object.__setattr__(self, "at_s", at)
-        for name in ("prompt_tokens", "output_tokens"):
+        for name, top in (("prompt_tokens", MAX_PROMPT_TOKENS), ("output_tokens", MAX_OUTPUT_TOKENS)):
             raw = np.asarray(getattr(self, name), dtype=np.float64)
-            if raw.shape != at.shape or (len(raw) and not (raw.min() >= 1 and raw.max() <= MAX_TOKENS)):
-                raise ConfigError(
-                    f"plan {name} must hold one length between 1 and {MAX_TOKENS:,} per request"
-                )
+            if raw.shape != at.shape or (len(raw) and not (raw.min() >= 1 and raw.max() <= top)):
+                raise ConfigError(f"plan {name} must hold one length between 1 and {top:,} per request")
             if (raw != np.floor(raw)).any():
                 raise ConfigError(f"plan {name} must be whole numbers of tokens")
             object.__setattr__(self, name, raw.astype(np.int32))
@@ -160,8 +164,8 @@ def _whole(value: Any, what: str, lo: int, hi: int) -> int:
 def _lengths(n_requests: int, prompt_tokens: int, output_tokens: int) -> tuple[int, np.ndarray, np.ndarray]:
     """The request count and the two constant length arrays of a synthetic plan, checked."""
     n = _whole(n_requests, "number of requests", 1, MAX_PLAN_REQUESTS)
-    prompt = _whole(prompt_tokens, "prompt tokens", 1, MAX_TOKENS)
-    output = _whole(output_tokens, "output tokens", 1, MAX_TOKENS)
+    prompt = _whole(prompt_tokens, "prompt tokens", 1, MAX_PROMPT_TOKENS)
+    output = _whole(output_tokens, "output tokens", 1, MAX_OUTPUT_TOKENS)
     return n, np.full(n, prompt, dtype=np.int32), np.full(n, output, dtype=np.int32)
 
 
@@ -244,19 +248,20 @@ def _number(value: Any, column: str) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise ValueError
         v = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an integer past a float's range
         raise _Bad(f"{column} {value!r:.40} is not a number") from None
     if not math.isfinite(v):
         raise _Bad(f"{column} {value!r:.40} is not a finite number")
     return v
 
 
-def _length(row: dict[str, Any], names: tuple[str, ...]) -> tuple[str, int]:
+def _length(row: dict[str, Any], names: tuple[str, ...], top: int) -> tuple[str, int]:
     column, value = _pick(row, names)
     v = _number(value, column)
-    if not 1 <= v <= MAX_TOKENS or v != int(v):
-        why = "negative" if v < 0 else "0" if v == 0 else "over the limit" if v > MAX_TOKENS else "fractional"
-        raise _Bad(f"{column} is {why} ({v:g}); want a whole number of tokens from 1 to {MAX_TOKENS:,}")
+    if not 1 <= v <= top or v != int(v):
+        why = "negative" if v < 0 else "0" if v == 0 else "over the limit" if v > top else "fractional"
+        shown = f"{v:,.0f}" if v == int(v) and abs(v) < 1e15 else f"{v:.6g}"
+        raise _Bad(f"{column} is {why} ({shown}); want a whole number of tokens from 1 to {top:,}")
     return column, int(v)
 
 
@@ -290,8 +295,11 @@ class _Clock:
             t = t / 1000.0 if self.unit in ("epoch_ms", "offset_ms") else t
         self.first = t if self.first is None else self.first
         if abs(t - self.first) > MAX_SPAN_S:
+            days = abs(t - self.first) / 86400
             raise _Bad(
-                f"{column} is {abs(t - self.first) / 86400:.0f} days from the first row's: a unit mistake?"
+                f"{column} is {days:.0f} days from the first row's: a unit mistake?"
+                if days < 1e6
+                else f"{column} is over a million days from the first row's: a unit mistake?"
             )
         return t
 
@@ -345,7 +353,7 @@ def _rows(fh: BinaryIO, is_csv: bool) -> Iterator[tuple[int, dict[str, Any] | _B
                 row = dict(zip(header, fields, strict=True))
         except UnicodeDecodeError:
             row = _Bad("not UTF-8 text")
-        except (json.JSONDecodeError, RecursionError, csv.Error) as err:
+        except (ValueError, RecursionError, csv.Error) as err:  # ValueError: JSON, an int of 4,301+ digits
             row = _Bad(f"not {'CSV' if is_csv else 'JSON'} ({getattr(err, 'msg', None) or err})")
         yield (
             number,
@@ -389,7 +397,8 @@ def replay_log(
                 if isinstance(row, _Bad):
                     raise row
                 t = clock.seconds(row)
-                (pcol, prompt), (ocol, output) = _length(row, _PROMPT_COLUMNS), _length(row, _OUTPUT_COLUMNS)
+                pcol, prompt = _length(row, _PROMPT_COLUMNS, MAX_PROMPT_TOKENS)
+                ocol, output = _length(row, _OUTPUT_COLUMNS, MAX_OUTPUT_TOKENS)
             except _Bad as bad:
                 if len(skipped) >= max_bad:
                     raise BundleError(str(bad), path=str(p), line=number) from None
@@ -467,7 +476,8 @@ def replay_bundle(
                 f"no {S.HISTOGRAMS[signal][0]} histogram: cannot draw request lengths", path=where
             )
         increase = ops.sum_by(ops.increase(ops.Selector(f"{metric}_bucket"), window.seconds), "le")
-        drawn, note = _draw_lengths(engine.instant(increase, window.end), len(at), rng, metric)
+        top = MAX_PROMPT_TOKENS if signal == "prompt_tokens" else MAX_OUTPUT_TOKENS
+        drawn, note = _draw_lengths(engine.instant(increase, window.end), len(at), rng, metric, top)
         if drawn is None:
             raise BundleError(
                 f"{metric} has no observations in finite buckets in the incident window", path=where
@@ -550,7 +560,7 @@ def _on_edges(engine: LocalEngine, expr: ops.Expr, edges: list[datetime]) -> np.
 
 
 def _draw_lengths(
-    frame: Any, n: int, rng: np.random.Generator, metric: str
+    frame: Any, n: int, rng: np.random.Generator, metric: str, top_tokens: int = MAX_PROMPT_TOKENS
 ) -> tuple[np.ndarray | None, str | None]:
     """``n`` whole lengths drawn from the cumulative bucket counts in ``frame`` (columns le, value)."""
     if not frame.height or "le" not in frame.columns:
@@ -567,7 +577,7 @@ def _draw_lengths(
     if total <= 0 or not len(finite):
         return None, None
     top = float(finite.max())
-    upper = np.minimum(np.where(np.isfinite(bounds), bounds, 2 * top), MAX_TOKENS)
+    upper = np.minimum(np.where(np.isfinite(bounds), bounds, 2 * top), top_tokens)
     lower = np.concatenate(([0.0], upper[:-1]))
     u = rng.random((n, 2))  # one row a request: the draw of the first N is the same for any n >= N
     bucket = np.minimum(
@@ -575,7 +585,7 @@ def _draw_lengths(
     )
     lo = np.floor(lower[bucket]) + 1
     hi = np.maximum(lo, np.floor(upper[bucket]))
-    drawn = np.clip(lo + np.floor(u[:, 1] * (hi - lo + 1)), 1, MAX_TOKENS)
+    drawn = np.clip(lo + np.floor(u[:, 1] * (hi - lo + 1)), 1, top_tokens)
     share = float(per_bucket[~np.isfinite(bounds)].sum()) / total
     note = f"{metric}: {share:.1%} of requests were over {top:g} (the +Inf bucket), drawn up to {2 * top:g}"
     return drawn.astype(np.int32), note if share > 0 else None

@@ -12,12 +12,13 @@ first 8 hex digits of the SHA-256 of the result document (canonical JSON, withou
 twice in the gate's history.
 
 * :func:`add` validates labels (``version=``, ``config=``, ``hardware=`` and free ``k=v``),
-  refuses an invalid or interrupted run unless ``force``, never overwrites a file and writes
+  refuses an invalid or interrupted run unless ``force`` (``--allow-invalid``), never overwrites a file and writes
   each file atomically (a temporary file in the same folder, then a hard link to the final name,
   which fails rather than replace a file that appeared meanwhile).
 * :func:`list_baselines` returns the store newest first; :func:`show` one baseline.
-* A file of the store that cannot be read (bad JSON, another schema, a symlink out of the store)
-  is skipped with a :class:`StoreWarning` naming the file, and left where it is.
+* A file of the store that cannot be read (bad JSON, another schema, a symlink out of the store,
+  nesting too deep, an integer beyond 64 bits, NaN: read by :mod:`perfkit.sources.safejson`) is
+  skipped with a :class:`StoreWarning` naming the file, and left where it is; the rest is used.
 
 >>> parse_labels(["version=1.4.2", "hardware=h200"])
 {'version': '1.4.2', 'hardware': 'h200'}
@@ -41,6 +42,7 @@ from typing import Any
 
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.sources.safeio import RefusedFile, open_regular, outside, read_capped
+from perfkit.sources.safejson import UnsafeJson, load_json_bounded
 
 SCHEMA = "perfkit.bench/1"
 MAX_DOCUMENT_BYTES = 16 * 2**20
@@ -252,19 +254,20 @@ def add(
     if validity.get("valid") is False and not force:
         reasons = "; ".join(str(r) for r in validity.get("reasons") or []) or "no reason given"
         raise StoreError(
-            f"the run is marked invalid ({_short(reasons, 300)}); fix the run, or add it with --force",
+            f"the run is marked invalid ({_short(reasons, 300)}); fix the run, or add it with --allow-invalid",
             path=result_path,
         )
     uncalibrated = validity.get("calibration") is None and not doc.get("source")  # a perfkit run
     if require_calibration and uncalibrated and not force:
         raise StoreError(
             "the run was not calibrated (--no-calibrate): a baseline needs the client's own overhead "
-            "measured at its load; rerun without --no-calibrate, or add it with --force",
+            "measured at its load; rerun without --no-calibrate, or add it with --allow-invalid",
             path=result_path,
         )
     if doc.get("interrupted") is True and not force:
         raise StoreError(
-            "the run was interrupted before it finished; rerun it, or add it with --force", path=result_path
+            "the run was interrupted before it finished; rerun it, or add it with --allow-invalid",
+            path=result_path,
         )
     run_labels = effective_labels(doc)
     for key, value in given.items():
@@ -367,6 +370,8 @@ def iter_store(store: str | os.PathLike[str], *, warn: Warn | None = None) -> li
             out.append(_read_baseline(path, folder))
         except PerfkitError as exc:
             warn(f"skipped {exc}")
+        except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:  # one bad file
+            warn(f"skipped {path}: unreadable ({type(exc).__name__}: {_short(exc, 120)})")
     return out
 
 
@@ -392,19 +397,10 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as exc:
         raise StoreError(f"cannot read ({exc.strerror or type(exc).__name__})", path=path) from None
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise StoreError(
-            f"not UTF-8 text (byte {exc.start})", path=path, line=data.count(b"\n", 0, exc.start) + 1
-        ) from None
-    try:
-        doc = json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise StoreError(f"invalid JSON ({exc.msg})", path=path, line=exc.lineno) from None
-    except ValueError as exc:
-        raise StoreError(str(exc), path=path) from None
-    except RecursionError:
-        raise StoreError("invalid JSON (nested too deeply)", path=path) from None
+        doc = load_json_bounded(data, source=str(path))
+    except UnsafeJson as exc:
+        where = f"{exc.path}: {exc.reason}" if exc.path else exc.reason
+        raise StoreError(where, path=path, line=None if exc.path else exc.line) from None
     if not isinstance(doc, dict):
         raise StoreError(f"expected a JSON object, found {type(doc).__name__}", path=path, line=1)
     return doc
@@ -547,10 +543,6 @@ def _parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).astimezone(UTC)
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"invalid JSON ({name} is not a JSON number)")
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -48,6 +48,7 @@ class Share:
     seed: int
     tokenizer: str | None
     part: str
+    prompts: list[str] | None = None  # this worker's dataset prompts (its ids' texts), if any
 
 
 def split(plan: Any, workers: int, concurrency: int | None) -> list[tuple[np.ndarray, int | None]]:
@@ -78,7 +79,7 @@ def _worker(share: Share, ready: Any, start: Any, reports: Any) -> None:
                 share.at_s,
                 share.prompt_tokens,
                 share.output_tokens,
-                prompt_factory(share.seed, share.tokenizer),
+                prompt_factory(share.seed, share.tokenizer, share.prompts),
                 sink,
                 concurrency=share.concurrency,
                 duration_s=share.duration_s,
@@ -149,6 +150,7 @@ def run_workers(
             opts.seed * 1000 + k,
             opts.tokenizer,
             str(parts[k]),
+            [opts.prompts[int(i)] for i in ids] if opts.prompts else None,
         )
         proc = ctx.Process(target=_worker, args=(share, ready, start, reports), daemon=True)
         proc.start()

@@ -149,6 +149,19 @@ def test_cli_says_failures_first(tmp_path):
     assert "http_5xx" in first
 
 
+def _requests_finished(url: str) -> float:
+    """How many requests the lab server has finished (its vLLM E2E histogram's count)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("vllm:e2e_request_latency_seconds_count")
+    )
+
+
 def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(tmp_path):
     with serving(ttft_ms=20, itl_ms=20, model="perfkit-lab") as url:
         out = tmp_path / "i.json"
@@ -156,14 +169,19 @@ def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(tmp_path):
             [
                 sys.executable, "-m", "perfkit", "bench", "--url", url, "--model", "perfkit-lab",
                 "--concurrency", "4", "--num-requests", "100000", "--output-tokens", "50",
-                "--no-calibrate", "--quiet", "-o", str(out),
+                "--no-calibrate", "--warmup", "0", "--quiet", "-o", str(out),
             ],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
-        time.sleep(4.0)
+        # not a fixed sleep: on a loaded 2-core machine the client may not have finished a request
+        # after 4 s (issue 20); wait until the server has finished some, then stop the client
+        deadline = time.monotonic() + 120
+        while _requests_finished(url) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, output
+    assert proc.returncode == 130, output  # the CLI's convention for Ctrl-C (E4: it was 0)
+    assert "interrupted" in output.decode()
     doc = json.loads(out.read_text())
     assert doc["interrupted"] is True
     table = pq.read_table(Path(out).with_name(doc["records"]))
@@ -210,8 +228,9 @@ def test_replaying_the_demo_bundle_follows_its_traffic(lab, tmp_path):
             "--num-requests", "150", "--no-calibrate", "--timeout", "60", "-o", str(out),
         ],
     )  # fmt: skip
-    assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
+    # exit 2 only for a run its validity block calls invalid (a 2-core machine may lag 200 req/s)
+    assert res.exit_code == (0 if doc["validity"]["valid"] else 2), res.output
     load = doc["load"]
     assert load["shape"] == "replay" and load["replay"]["time_scale"] == 60.0
     # the bundle's ~3.3 req/s, sixty times faster: about 200 req/s offered

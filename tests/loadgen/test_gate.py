@@ -100,16 +100,41 @@ def test_failures_are_said_first() -> None:
 
 
 def test_a_p99_of_few_requests_is_not_judged() -> None:
+    """Without records nothing says how many requests are independent: a p99 needs 1,000 (compare's
+    rule; above the 658 independent ones its 99.73 % order-statistic interval needs, ln(0.00135) /
+    ln(0.99))."""
     base = history([50.0, 50.0, 50.0], completed=200)
     v = judge(bench_doc(ttft=58.0, completed=200), base)  # +16 %, on 200 requests: 2 beyond the p99
     p99 = row(v, "p99_ttft_ms")
-    assert p99.status == "no-data" and p99.why == "few requests" and p99.new == pytest.approx(58.0 * 1.3)
+    assert p99.status == "no-data" and p99.new == pytest.approx(58.0 * 1.3)
+    assert p99.why == "too few requests for p99: n=200; without records a p99 needs 1,000"
     assert row(v, "median_ttft_ms").status == "regressed"  # the median rests on all 200
     assert any(
-        n.startswith("not judged: p99_ttft_ms, p99_tpot_ms, p99_itl_ms, p99_e2el_ms: 200 ") for n in v.notes
+        n.startswith("not judged: p99_ttft_ms, p99_tpot_ms, p99_itl_ms, p99_e2el_ms: too few")
+        for n in v.notes
     )
-    lenient = Policy.from_mapping({"metrics": {"p99_ttft_ms": {"min_requests": 100}}})
-    assert row(judge(bench_doc(ttft=58.0, completed=200), base, lenient), "p99_ttft_ms").status == "regressed"
+    enough = history([50.0, 50.0, 50.0], completed=1000)
+    assert row(judge(bench_doc(ttft=58.0, completed=1000), enough), "p99_ttft_ms").status == "regressed"
+    assert row(judge(bench_doc(ttft=58.0, completed=999), enough), "p99_ttft_ms").status == "no-data"
+    strict = Policy.from_mapping({"metrics": {"p99_ttft_ms": {"min_requests": 5000}}})
+    assert row(judge(bench_doc(ttft=58.0), history([50.0] * 3), strict), "p99_ttft_ms").status == "no-data"
+
+
+def test_without_records_a_p99_needs_three_baselines_and_a_mean_uses_the_reported_deviation() -> None:
+    one = judge(bench_doc(ttft=80.0), history([50.0]))
+    p99 = row(one, "p99_ttft_ms")
+    assert p99.status == "no-data" and p99.why.startswith("no records: the noise of a p99 is unknown")
+    mean = row(one, "mean_ttft_ms")  # std 8 ms of 1,200 requests: 3 x sqrt(2) x 8 / sqrt(1200) = 0.98 ms
+    assert mean.noise_from == "tool-reported, no records" and mean.within == pytest.approx(
+        3 * 2**0.5 * 8 / 1200**0.5
+    )
+    assert mean.status == "regressed" and mean.band_from == "relative"
+    three = judge(bench_doc(ttft=80.0), history([50.0, 50.5, 49.5]))
+    assert (
+        row(three, "p99_ttft_ms").status == "regressed"
+        and row(three, "p99_ttft_ms").noise_from == "history only"
+    )
+    assert any(n.startswith("no per-request records with the result") for n in three.notes)
 
 
 def test_the_spread_term_absorbs_noise_a_tight_history_flags() -> None:
@@ -120,7 +145,9 @@ def test_the_spread_term_absorbs_noise_a_tight_history_flags() -> None:
     assert flagged.status == "regressed" and flagged.band_from == "relative"
     assert flagged.band == pytest.approx(5.0)
     absorbed = row(judge(new, noisy), "median_ttft_ms")
-    assert absorbed.status == "pass" and absorbed.band_from == "spread"
+    assert (
+        absorbed.status == "pass" and absorbed.band_from == "noise" and absorbed.noise_from == "history only"
+    )
     assert absorbed.spread == pytest.approx(1.4826 * 5.0)
     assert absorbed.band == pytest.approx(3 * 1.4826 * 5.0)
     # the band is robust: one wild run does not widen it
