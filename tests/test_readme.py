@@ -229,3 +229,21 @@ def test_batch_example_reads(tmp_path, monkeypatch):
         params = {**item.parameters, "bundle": item.bundle}
         checked = check_run_parameters(find_runbook(item.runbook), params, require_evidence=True)
         assert Path(checked["bundle"]).is_dir()
+
+
+def test_embedded_names_work_wherever_a_bundle_is_taken():
+    """Issue 21: `--replay demo` was refused by bench and what-if while `--bundle demo` worked."""
+    from perfkit.app.embedded import replay_source
+    from perfkit.errors import ConfigError
+
+    assert replay_source("demo").name == "p95-prefill-interference"
+    assert replay_source(str(REPO / "data" / "scenarios" / "release-regression")).is_dir()
+    with pytest.raises(ConfigError, match="nor an embedded incident"):
+        replay_source("no-such-incident")
+    doc = json.loads(_invoke("lab", "whatif", "--replay", "demo", "--set", "enable_chunked_prefill=true",
+                             "--minutes", "2", "--format", "json").output)  # fmt: skip
+    assert doc["configs"][0]["set"] == {"enable_chunked_prefill": True}
+    res = CliRunner().invoke(
+        cli, ["lab", "whatif", "--replay", "no-such-incident", "--set", "max_num_seqs=8"]
+    )
+    assert res.exit_code == 2 and "nor an embedded incident" in res.output

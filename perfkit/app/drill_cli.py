@@ -83,7 +83,12 @@ def drill_list(answers: bool, live_only: bool) -> None:
     default=None,
     help="with --live: the simulator's clock runs this many times faster than the wall clock [default: 5]",
 )
-@click.option("--seed", type=int, default=None, help="with --live: fixes the fault's minute and the traffic")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, 2**63 - 1),
+    default=None,
+    help="with --live: fixes the fault's minute and the traffic",
+)
 @click.option("--lab/--no-lab", "start_lab", default=False, help="also open the runbook in JupyterLab")
 @scope_options
 def drill_start(

@@ -124,3 +124,17 @@ def bundle_path(text: str) -> Path:
     raise ConfigError(
         f"{text}: bundle folder not found (nor an embedded incident: demo, {', '.join(specs())})"
     )
+
+
+def replay_source(text: str, option: str = "--replay") -> Path:
+    """A replay's source: a request log or bundle folder as given, else an embedded incident's name
+    (``demo``), the same names ``--bundle`` takes."""
+    path = Path(os.path.expanduser(text))
+    if path.exists():
+        return path
+    if is_embedded(path.name) and len(path.parts) == 1:
+        return embedded_bundle(path.name)
+    raise ConfigError(
+        f"{option} {text}: no such request log or bundle folder (nor an embedded incident: demo, "
+        f"{', '.join(specs())})"
+    )

@@ -91,7 +91,9 @@ def build_plan(
 
     n = num_requests or DEFAULT_REQUESTS  # a replay without a count: the whole trace
     if replay:
-        path = Path(replay)
+        from perfkit.app.embedded import replay_source
+
+        path = replay_source(replay)
         if path.is_dir():
             plan = shapes.replay_bundle(path, time_scale=time_scale, seed=seed, max_requests=num_requests)
         else:

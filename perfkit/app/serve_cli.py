@@ -65,7 +65,13 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
     "--host", default="127.0.0.1", show_default=True, help="loopback only: any other address is refused"
 )
 @click.option("--port", type=int, default=8000, show_default=True, help="0 picks a free port (printed)")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed of the per-request fault draws")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, 2**63 - 1),
+    default=0,
+    show_default=True,
+    help="seed of the per-request fault draws",
+)
 @click.option(
     "--timing-log",
     default="",

@@ -190,8 +190,9 @@ def run_whatif(
         raise ConfigError(f"--time-scale: expected (0, {MAX_TIME_SCALE:g}], got {time_scale!r}")
     grid = parse_sets(sets)
     slo_ms = parse_slo(slo)
-    if not Path(replay).exists():
-        raise ConfigError(f"--replay {replay}: no such request log or bundle folder")
+    from perfkit.app.embedded import replay_source
+
+    replay = str(replay_source(str(replay)))
     is_bundle = Path(replay).is_dir()
     if engine_config is not None:
         base = config_from_file(engine_config)

@@ -67,7 +67,11 @@ MAX_ARG = 4096
     help="GPU price for the cost column; default: the bundle's, else data/hardware/gpus.yaml's",
 )
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="seed of the traffic draw and the step jitter"
+    "--seed",
+    type=click.IntRange(0, 2**63 - 1),
+    default=0,
+    show_default=True,
+    help="seed of the traffic draw and the step jitter",
 )
 @click.option(
     "--speedup-info", is_flag=True, help="also show each run's wall time and simulated/wall speed-up"
