@@ -208,7 +208,15 @@ def _capture(cap: Capture, work: Path) -> None:
             cap.sweep = load_sweep(_paths(p["sweep"], "sweep"))
         except PerfkitError as exc:  # the other sections stand without it
             cap.sweep = {"problem": _one_line(exc)}
-    v = gate.judge(cap.result, cap.history, policy, labels={**store.effective_labels(cap.result), **given})
+    from perfkit.loadgen.result import records_path
+
+    v = gate.judge(
+        cap.result,
+        cap.history,
+        policy,
+        labels={**store.effective_labels(cap.result), **given},
+        records=records_path(path, cap.result),  # the run's own noise: bands from the first baseline on
+    )
     cap.verdict = v.as_dict()
     cap.missing += v.warnings
     chosen = {h["id"] for h in v.history}

@@ -18,6 +18,9 @@ _NAMES = {
     "capture": "perfkit.sources.capture",
     "engine_config": "perfkit.sources.engine_config",
     "TrainMetrics": "perfkit.sources.train_exporter",
+    "load_json_bounded": "perfkit.sources.safejson",
+    "check_json_bounds": "perfkit.sources.safejson",
+    "UnsafeJson": "perfkit.sources.safejson",
 }
 __all__ = sorted(_NAMES)
 __getattr__, __dir__ = lazy_exports(__name__, _NAMES)

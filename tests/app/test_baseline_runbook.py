@@ -178,7 +178,12 @@ def test_the_gate_catches_a_slowed_reference_server(tmp_path):
     with serving(ttft_ms=20, itl_ms=8, model="lab") as url:  # 60 % slower per token
         second = br.open_capture(url=url, model="lab", out_dir=str(tmp_path / "b"), store=str(folder), **load)
     assert second.verdict["verdict"] == "regress", second.verdict["summary"]
-    assert {"median_itl_ms", "median_tpot_ms"} <= set(second.verdict["regressed"])
+    assert "median_itl_ms" in second.verdict["regressed"]
+    # no per-token metric passes a 60 % slowdown: each regressed, or (120 requests of which a loaded
+    # machine makes only a few independent) is not judged, saying why
+    for m in second.verdict["metrics"]:
+        if m["metric"] in ("median_tpot_ms", "mean_tpot_ms", "median_itl_ms", "mean_itl_ms"):
+            assert m["status"] == "regressed" or "too few requests" in (m.get("why") or ""), m
     bench = br.result(second).finding
     assert bench.figure is not None and bench.data["mode"] == "ran"  # each request, from the records
     assert len(store.list_baselines(folder)) == 1  # a regressed run is not added
