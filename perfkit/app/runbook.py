@@ -297,7 +297,7 @@ def stages(ctx: Context) -> Section:
 @section("triage", "Triage table")
 def triage(ctx: Context) -> Section:
     from perfkit.analyses.evidence_series import evidence_series
-    from perfkit.triage.evidence import gather
+    from perfkit.triage.evidence import gather, release_history_given
     from perfkit.triage.table import run
 
     inc, events = ctx.incident, ctx.events
@@ -311,7 +311,16 @@ def triage(ctx: Context) -> Section:
     rel = ctx.need("release", lambda: correlate(ctx.engine, inc.window, inc.baseline, events))
     ev = ctx.need(
         "evidence",
-        lambda: gather(ctx.engine, inc, events=events, logs=ctx.logs, baseline=base, stages=st, release=rel),
+        lambda: gather(
+            ctx.engine,
+            inc,
+            events=events,
+            logs=ctx.logs,
+            baseline=base,
+            stages=st,
+            release=rel,
+            history_given=release_history_given(ctx.missing),
+        ),  # fmt: skip
     )
     res = ctx.need("triage", lambda: run(ev))
     report, workloads = _scope(ctx)

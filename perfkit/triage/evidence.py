@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -51,6 +52,9 @@ class Evidence:
     oom: dict[str, float] | None = None  # largest CUDA OOM allocation asked for vs free (GiB)
     engine_config: dict[str, dict[str, Any]] = field(default_factory=dict)  # key → value, source
     onset: Onset | None = None  # the span judged: ``incident.window`` is already narrowed to it
+    #: a release history was given and read (events.csv, deploys, git tags, a release metric), even
+    #: if it holds no release in the span: then "no deploy" is a finding, not a gap
+    history_given: bool = True
 
     # convenience accessors --------------------------------------------------------------------
     def q(self, side: str, signal: str, q: float) -> float | None:
@@ -254,6 +258,15 @@ def oom_shortfall(logs: pl.DataFrame | None, window: Window) -> dict[str, float]
 TRAINING = ("train_step_duration_seconds", "train_data_wait_seconds", "train_comm_seconds", "train_loss")
 
 
+#: how the sources name a release history they did not get (sources.bundle, sources.live)
+RELEASE_GAPS = ("events:", "deploys:", "git releases:", "release metric")
+
+
+def release_history_given(missing: Iterable[str]) -> bool:
+    """Whether the sources read a release history: none of their missing notes is about one."""
+    return not any(m.startswith(RELEASE_GAPS) for m in missing)
+
+
 def gather(
     engine: S.Engine,
     inc: Incident,
@@ -263,6 +276,7 @@ def gather(
     baseline: BaselineComparison | None = None,
     stages: StageBreakdown | None = None,
     release: ReleaseCorrelation | None = None,
+    history_given: bool = True,
 ) -> Evidence:
     """Everything triage needs; pass already computed analyses to avoid computing them twice.
 
@@ -311,4 +325,5 @@ def gather(
         oom_shortfall(logs, inc.window),
         onset=onset,
         engine_config=config,
+        history_given=history_given,
     )

@@ -333,8 +333,8 @@ def _shift_test(x: Shift) -> Test:
 def detect_deploy(ev: Evidence) -> Detection:
     rel = ev.release
     facts = {"suspect": rel.suspect, "cleared": [c.get("version") or c.get("detail") for c in rel.cleared]}
-    if not rel.events and not rel.suspect:
-        return Detection(False, 0.0, facts, ["deploy events (events.csv)"])
+    if not rel.events and not rel.suspect:  # read and empty: no deploy to blame; not given: a gap
+        return Detection(False, 0.0, facts, [] if ev.history_given else ["deploy events (events.csv)"])
     aligned = [x for x in rel.shifts if x.aligned_event and x.degrading and x.score is not None]
     if rel.suspect is None:
         # decided by the shifts that started at a deploy but did not count (none: nothing to cut)

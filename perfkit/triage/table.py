@@ -247,10 +247,12 @@ def triage_evidence(
     workloads the evidence holds are listed and, when there are several, the result says they are
     judged together."""
     from perfkit.analyses.workloads import fill_identity, find_workloads
-    from perfkit.triage.evidence import gather
+    from perfkit.triage.evidence import gather, release_history_given
 
     fill_identity(engine, incident)  # the same model and GPU the runbook reads (runbook._identify)
-    result = run(gather(engine, incident, events=events, logs=logs))
+    result = run(
+        gather(engine, incident, events=events, logs=logs, history_given=release_history_given(missing))
+    )
     for m in missing:
         if m not in result.missing:
             result.missing.append(m)

@@ -82,3 +82,22 @@ def test_no_two_statements_contradict(bundle):
             if owner and re.search(rf"\b{owner}\b", clause):
                 problems.append(f"{owner} owns the tail, but {r.row.direction} says: {clause} ... normal")
     assert not problems, "\n".join(problems)
+
+
+def test_a_release_history_read_and_empty_is_no_gap(tmp_path):
+    """Issue 21: a live drill given --release-metric said 'missing deploy events' when the metric
+    showed no release in the window. A history read and empty rules the row out; none given is a gap."""
+    import shutil
+
+    from perfkit.triage.table import triage_bundle
+
+    bundle = tmp_path / "b"
+    shutil.copytree(SCENARIOS / "queueing-traffic-surge", bundle)
+    (bundle / "events.csv").write_text("ts,kind,service,version,detail\n")  # read: nothing in it
+    read = triage_bundle(bundle)
+    row = next(r for r in read.results if r.row.direction == "release_regression")
+    assert row.verification.verdict == "ruled_out" and not any("deploy events" in m for m in read.missing)
+    (bundle / "events.csv").unlink()  # not given
+    gap = triage_bundle(bundle)
+    row = next(r for r in gap.results if r.row.direction == "release_regression")
+    assert row.verification.verdict == "inconclusive" and any("deploy events" in m for m in gap.missing)
