@@ -179,7 +179,7 @@ def print_result(doc: dict[str, Any], out: Path, console: Console | None = None)
     console.print(table)
     load = doc["load"]
     console.print(
-        f"throughput {doc['request_throughput']:.2f} req/s, {doc['output_throughput']:.0f} output tok/s "
+        f"throughput {_f(doc.get('request_throughput'), 2)} req/s, {_f(doc.get('output_throughput'), 0)} output tok/s "
         f"(peak {_f(doc.get('max_output_tokens_per_s'))}/s), error rate {errors['rate']:.1%}; "
         f"tokens per chunk {_f((doc.get('tokens_per_chunk') or {}).get('mean'), 2)}"
     )
