@@ -142,16 +142,25 @@ def add_command(
     click.echo(ident)
 
 
+def _format_option(fn: Any) -> Any:
+    """``--format table|json`` as every command spells it (``--json``: the older, hidden spelling)."""
+    fn = click.option("--json", "as_json", is_flag=True, hidden=True, help="the same as --format json")(fn)
+    return click.option(
+        "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+    )(fn)
+
+
 @baseline.command("list")
 @_store_option
 @click.option("--model", default=None, help="Only the baselines of this model.")
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Only baselines with this label.")
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON (id, started, model, labels, load) instead."
-)
+@_format_option
 @never_one("baseline list")
-def list_command(store_dir: Path, model: str | None, labels: tuple[str, ...], as_json: bool) -> None:
-    """The baselines of the store, newest first."""
+def list_command(
+    store_dir: Path, model: str | None, labels: tuple[str, ...], fmt: str, as_json: bool
+) -> None:
+    """The baselines of the store, newest first (JSON: id, started, model, labels, load)."""
+    as_json = as_json or fmt == "json"
     found = stores.list_baselines(store_dir, model=model, labels=stores.parse_labels(labels), warn=_warn)
     if as_json:
         rows = [
@@ -189,10 +198,11 @@ def list_command(store_dir: Path, model: str | None, labels: tuple[str, ...], as
 @baseline.command("show")
 @click.argument("ident", metavar="ID")
 @_store_option
-@click.option("--json", "as_json", is_flag=True, help="Print the stored document as JSON.")
+@_format_option
 @never_one("baseline show")
-def show_command(ident: str, store_dir: Path, as_json: bool) -> None:
-    """One baseline (ID or a unique start of it): its labels, load and summary."""
+def show_command(ident: str, store_dir: Path, fmt: str, as_json: bool) -> None:
+    """One baseline (ID or a unique start of it): its labels, load and summary (JSON: the stored document)."""
+    as_json = as_json or fmt == "json"
     b = stores.show(store_dir, ident)
     if as_json:
         click.echo(json.dumps(b.doc, indent=1))
