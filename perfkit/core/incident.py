@@ -50,8 +50,16 @@ class Incident:
         }
 
 
+MAX_WINDOW_DAYS = 90
+"""The longest window perfkit reads: an incident and its baseline span hours, a training job's
+scaling comparison days; Prometheus' default retention is 15 days. A longer window (an edited
+``incident.yaml`` reaching back centuries) would ask every reader for a range it cannot hold: a
+1,000-year window had ``scaling`` use 22 GB and ``triage`` 4 GB before failing."""
+
+
 def make_window(start: Any, end: Any, *, what: str = "window") -> Window:
-    """A validated window: both ends parse, end after start (else ConfigError)."""
+    """A validated window: both ends parse, end after start, at most :data:`MAX_WINDOW_DAYS` long
+    (else ConfigError)."""
     if start in (None, "") or end in (None, ""):
         raise ConfigError(f"{what}: start and end are both required")
     try:
@@ -61,6 +69,10 @@ def make_window(start: Any, end: Any, *, what: str = "window") -> Window:
     if b <= a:
         raise ConfigError(
             f"{what}: ends ({b:%Y-%m-%dT%H:%M:%SZ}) before or when it starts ({a:%Y-%m-%dT%H:%M:%SZ})"
+        )
+    if (b - a).total_seconds() > MAX_WINDOW_DAYS * 86400:
+        raise ConfigError(
+            f"{what}: {a:%Y-%m-%dT%H:%M:%SZ} to {b:%Y-%m-%dT%H:%M:%SZ} is longer than {MAX_WINDOW_DAYS} days"
         )
     return Window(a, b)
 

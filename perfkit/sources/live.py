@@ -161,7 +161,7 @@ def live_incident(
     """An incident described by parameters alone (no incident.yaml)."""
     if since and not (start or end):
         a, b = parse_since(since)
-        window = Window(a, b)
+        window = make_window(a, b, what="--since")
     else:
         window = make_window(start, end, what="window")
     baseline = (
