@@ -17,7 +17,7 @@ from perfkit.analyses.onset import Onset, find_onset
 from perfkit.analyses.release import ReleaseCorrelation, correlate
 from perfkit.analyses.stages import StageBreakdown, breakdown
 from perfkit.analyses.training_evidence import gather_training, loss_by_step
-from perfkit.core.frames import Window
+from perfkit.core.frames import Window, iso, utc
 from perfkit.core.incident import Incident
 from perfkit.engine import signals as S
 from perfkit.sources.engine_config import engine_config
@@ -55,6 +55,9 @@ class Evidence:
     #: a release history was given and read (events.csv, deploys, git tags, a release metric), even
     #: if it holds no release in the span: then "no deploy" is a finding, not a gap
     history_given: bool = True
+    #: the KV cache's peak outside the minutes after restarts in the window (None: no restart in it)
+    kv_max_steady: float | None = None
+    restarts: list[str] = field(default_factory=list)  # ISO times of restarts in the judged window
 
     # convenience accessors --------------------------------------------------------------------
     def q(self, side: str, signal: str, q: float) -> float | None:
@@ -81,6 +84,11 @@ class Evidence:
     def share(self, stage: str) -> float | None:
         """``stage``'s share of TTFT in the incident's typical minute (:mod:`perfkit.analyses.stages`)."""
         return self.stages.shares.get(stage)
+
+    def kv_max(self) -> float | None:
+        """The KV cache's peak in the incident window, outside each restart's backlog
+        (:data:`~perfkit.triage.thresholds.RESTART_BACKLOG_S`)."""
+        return self.kv_max_steady if self.restarts else self.rate("incident", "kv_cache_usage_max")
 
     def per_token(self) -> str:
         """TPOT if the server exports it, else ITL (older vLLM)."""
@@ -267,6 +275,30 @@ def release_history_given(missing: Iterable[str]) -> bool:
     return not any(m.startswith(RELEASE_GAPS) for m in missing)
 
 
+def _kv_outside_backlogs(engine: S.Engine, window: Window) -> tuple[float | None, list[str]]:
+    """The KV cache's peak in ``window`` outside [restart, restart + RESTART_BACKLOG_S] of each
+    restart found in it, and the restarts' times ([]: none, the plain peak stands)."""
+    from datetime import timedelta
+
+    from perfkit.analyses.completeness import restarts
+
+    found = sorted(utc(r.ts) for r in restarts(engine, window))
+    if not found:
+        return None, []
+    spans, start = [], window.start
+    for ts in found:
+        if ts > start:
+            spans.append(Window(start, ts))
+        start = max(start, ts + timedelta(seconds=T.RESTART_BACKLOG_S))
+    if start < window.end:
+        spans.append(Window(start, window.end))
+    peaks = [
+        S.gauge_stat(engine, "kv_cache_usage", w, "max", combine="max") for w in spans if w.seconds >= 60
+    ]
+    values = [v for v in peaks if v is not None]
+    return (max(values) if values else None), [iso(t) for t in found]
+
+
 def gather(
     engine: S.Engine,
     inc: Incident,
@@ -293,6 +325,7 @@ def gather(
     missing = [*base.missing, *rel.missing]
     if inc.baseline is None:
         missing.append("triage: no baseline window; rows needing a comparison are inconclusive")
+    kv_steady, restart_times = _kv_outside_backlogs(engine, inc.window)
     gpu, host = _gpu_host(engine, inc)
     if gpu.get("util_incident") is None:
         missing.append("gpu state: no DCGM metrics in window")
@@ -326,4 +359,6 @@ def gather(
         onset=onset,
         engine_config=config,
         history_given=history_given,
+        kv_max_steady=kv_steady,
+        restarts=restart_times,
     )

@@ -112,7 +112,7 @@ def verify_tail(ev: Evidence) -> Verification:
     it = ev.interference
     load = ev.rate_ratio("requests_per_s")
     waiting = ev.rate("incident", "waiting_avg")
-    kv = ev.rate("incident", "kv_cache_usage_max")
+    kv = ev.kv_max()
     numbers: dict[str, Any] = {
         "corr_long_prompts_vs_itl_stalls": _r(it.correlation),
         "minutes": it.minutes,
@@ -203,7 +203,7 @@ def detect_prefill(ev: Evidence) -> Detection:
 
 def verify_prefill(ev: Evidence) -> Verification:
     share, queue_share = ev.share("prefill"), ev.share("queue")
-    kv = ev.rate("incident", "kv_cache_usage_max")
+    kv = ev.kv_max()
     pre = ev.rate("incident", "preemptions_per_s")
     hit_b, hit_i = ev.rate("baseline", "prefix_cache_hit_frac"), ev.rate("incident", "prefix_cache_hit_frac")
     hit_drop = hit_b - hit_i if hit_b is not None and hit_i is not None else None
@@ -288,7 +288,7 @@ def verify_load(ev: Evidence) -> Verification:
     share = ev.share("queue")
     waiting = ev.rate("incident", "waiting_avg")
     wmax = ev.rate("incident", "waiting_max")
-    kv = ev.rate("incident", "kv_cache_usage_max")
+    kv = ev.kv_max()
     numbers = {
         "queue_share_of_ttft": _r(share),
         "waiting_avg": _r(waiting),
@@ -425,7 +425,7 @@ def detect_oom(ev: Evidence) -> Detection:
 
 def verify_oom(ev: Evidence) -> Verification:
     n = ev.logs.get("cuda_oom", 0)
-    kv = ev.rate("incident", "kv_cache_usage_max")
+    kv = ev.kv_max()
     used = ev.gpu.get("fb_used_max_incident")
     total = ev.gpu.get("fb_total_incident")
     numbers = {

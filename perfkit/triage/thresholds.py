@@ -67,6 +67,11 @@ MIN_TAIL_DELTA_S = 0.25  # a p95 change under 250 ms is not what paged anyone
 
 # -- load and capacity ---------------------------------------------------------------------
 LOAD_RATIO = 1.2  # offered load (requests or generated tokens per second) up 20 %: a load change worth naming
+RESTART_BACKLOG_S = 300.0
+"""A server restarted inside the window is handed, at once, every request that arrived while it was
+down: its KV cache fills and its prefills queue for the minutes that backlog takes to drain. The KV
+cache's peak is read outside the first 5 minutes after each restart (the completeness check finds
+them), so a restart is not read as KV pressure; pressure that lasts is still seen after them."""
 PROMPT_LOAD_RATIO = 1.2
 """Prompt tokens per second up 20 % at the same request rate (longer prompts): prefill work shares the
 engine's steps with the decodes (chunked prefill) or pauses them (whole-prompt prefill steps), so the
