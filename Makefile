@@ -49,13 +49,16 @@ servers:
 	fi
 
 # `make test` leaves out the tests marked slow (each a live drill of ~2-3 minutes); `make test-all`
-# (what CI runs) takes them too.
+# (what CI runs) takes them too, and the mutation check.
 MARKS ?= not slow
 test: servers lint
 	PATH=$(BIN):$$PATH $(PY) -m pytest -q -p no:cacheprovider -m "$(MARKS)" tests
 
+# test-all adds the mutation check: each named wrong version of a detector, the gate, the pacing or
+# the trace reader must fail its tests (tests/mutation/run_mutations.py, run in a copy of the tree).
 test-all:
 	$(MAKE) test MARKS="slow or not slow"
+	PATH=$(BIN):$$PATH $(PY) tests/mutation/run_mutations.py
 
 scenarios: $(STAMP)
 	$(BIN)/perfkit generate --all -o data/scenarios

@@ -366,4 +366,9 @@ def test_query_string_credentials_in_a_url_parameter_are_refused(query):
 
 def test_harmless_query_strings_pass():
     for url in ("http://prom:9090/api/v1/query?query=up&step=30", "http://prom:9090/graph?monkey=1&tokens=3"):
-        check_parameters({"prometheus_url": url})
+        assert check_parameters({"prometheus_url": url}) is None  # accepted: no SecretLeak
+        assert not url_userinfo_error("prometheus_url", url)
+        assert check_url("prometheus_url", url) is None
+        # the same URL with a credential in its query string is refused: the check did look at it
+        with pytest.raises(SecretLeak):
+            check_parameters({"prometheus_url": f"{url}&token=Tk9xQ2mZpL"})

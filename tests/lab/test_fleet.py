@@ -90,3 +90,4 @@ def test_scoped_triage_gives_the_scenario_answer(fleet):
     answer = (SCENARIOS / FLEET[0].scenario / "answer.yaml").read_text()
     top = triage_bundle(out, scope='{model_name="org/model-a"}').top
     assert top is not None and f"direction: {top.row.direction}" in answer
+    assert top.verification.verdict == "confirmed", (top.row.direction, top.verification.verdict)

@@ -25,7 +25,7 @@ from perfkit.errors import ConfigError
 from perfkit.lab.serve import serving
 from perfkit.loadgen.bench import BenchOptions, run_bench
 from perfkit.loadgen.result import read_result
-from perfkit.loadgen.shapes import concurrency_plan, rate_plan
+from perfkit.loadgen.shapes import concurrency_plan
 
 
 def _bench(url, tmp_path, plan, name="r.json", **kw):
@@ -108,15 +108,6 @@ def test_a_server_that_refuses_connections_is_counted_not_fatal(tmp_path):
     doc = _bench(url, tmp_path, concurrency_plan(5, 8, 8, 2), concurrency=2, metrics_url="")
     assert doc["errors"]["by_kind"] == {"connect": 5}
     assert (tmp_path / "r.json").exists()
-
-
-def test_an_open_loop_rate_is_kept(lab, tmp_path):
-    doc = _bench(lab, tmp_path, rate_plan(60, 30.0, 7, prompt_tokens=8, output_tokens=5))
-    load = doc["load"]
-    assert load["shape"] == "rate" and load["requested_rate"] == 30.0
-    # 60 Poisson arrivals: the achieved rate is the plan's own, within its sampling error
-    assert 15.0 <= load["achieved_rate"] <= 60.0
-    assert load["schedule_lag_ms"]["90"] < 50.0
 
 
 def test_bad_urls_and_an_existing_result_are_refused(lab, tmp_path):
@@ -215,7 +206,7 @@ def test_a_sweep_writes_each_level_and_marks_a_knee(lab, tmp_path):
     assert [round(p["offered_rate"], 6) for p in sweep["points"]] == [5.0, 10.0, 20.0]
     for p in sweep["points"]:
         assert read_result(tmp_path / p["result"])["completed"] == 30
-    assert sweep["knee"] is not None and "knee" in res.output
+    # the knee's place against the server's capacity: tests/loadgen/test_bench_honest.py
 
 
 def test_replaying_the_demo_bundle_follows_its_traffic(lab, tmp_path):

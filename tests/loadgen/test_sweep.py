@@ -7,7 +7,13 @@ import math
 import pytest
 
 from perfkit.errors import ConfigError
-from perfkit.loadgen.sweep import ACHIEVED_MIN_FRAC, P99_TTFT_MAX_GROWTH, find_knee, sweep_rates
+from perfkit.loadgen.sweep import find_knee, sweep_rates
+
+# The knee's two limits, stated here rather than imported from the module under test (README, "perfkit bench"):
+# a server keeps up while it achieves >= 90% of the offered rate; queueing has taken over once p99 TTFT
+# has doubled over the lowest load's.
+KEEPS_UP_FRAC = 0.9
+P99_GROWTH = 2.0
 
 
 def test_sweep_rates_are_geometric_and_hit_both_ends():
@@ -44,16 +50,14 @@ def test_the_knee_of_a_queueing_curve_is_where_its_p99_doubles():
     knee = find_knee(mm1_curve(rates))
     # p99 = 50/(1 - r/10) doubles over the lowest load's (50/0.9) once r > 5.5: 4 is the last before
     base = 50 / (1 - rates[0] / 10)
-    first_over = next(
-        i for i, r in enumerate(rates) if r >= 10 or 50 / (1 - r / 10) > P99_TTFT_MAX_GROWTH * base
-    )
+    first_over = next(i for i, r in enumerate(rates) if r >= 10 or 50 / (1 - r / 10) > P99_GROWTH * base)
     expected = rates[first_over - 1]
     assert knee["point"]["offered_rate"] == expected == pytest.approx(4.0)
     assert knee["saturated_by"] == "latency" and knee["next"]["offered_rate"] == pytest.approx(rates[5])
     assert "p99 TTFT" in knee["reason"] and "5.66" in knee["reason"]
     assert knee["limits"] == {
-        "achieved_min_frac": ACHIEVED_MIN_FRAC,
-        "p99_ttft_max_growth": P99_TTFT_MAX_GROWTH,
+        "achieved_min_frac": KEEPS_UP_FRAC,
+        "p99_ttft_max_growth": P99_GROWTH,
     }
 
 

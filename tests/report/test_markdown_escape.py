@@ -129,12 +129,13 @@ def _markdown_it(md: str) -> str:
 
 
 def _mistune(md: str) -> str:
-    mistune = pytest.importorskip("mistune")  # nbconvert's renderer; its url plugin is GFM's autolinks
+    import mistune  # nbconvert's renderer (nbconvert comes with jupyterlab); its url plugin is GFM's autolinks
+
     return mistune.create_markdown(escape=False, plugins=["strikethrough", "table", "url"])(md)
 
 
 def _cmark_gfm(md: str) -> str:
-    cmarkgfm = pytest.importorskip("cmarkgfm", reason="GitHub's renderer (optional)")
+    import cmarkgfm  # GitHub's renderer: a dev dependency, so this never skips
     from cmarkgfm.cmark import Options
 
     return cmarkgfm.github_flavored_markdown_to_html(md, options=Options.CMARK_OPT_UNSAFE)

@@ -12,8 +12,11 @@ raises ``NVMLError_Uninitialized``. ``FakeGpu.fail`` makes one function raise fo
 
 from __future__ import annotations
 
+import re
 import types
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pynvml import (
@@ -97,7 +100,7 @@ class FakeGpu:
     power_limit_mw: int
     temp_c: int
     ecc_mode: int  # NVML_FEATURE_*
-    ecc: dict[tuple[int, int], int]  # (NVML_MEMORY_ERROR_TYPE_*, NVML_*_ECC) -> count
+    ecc: dict[tuple[int, int], int | None]  # (NVML_MEMORY_ERROR_TYPE_*, NVML_*_ECC) -> count; None: N/A
     pcie_kbps: dict[int, int]  # NVML_PCIE_UTIL_* -> KB/s
     processes: list[tuple[int, int | None]]  # (pid, used bytes)
     fail: dict[str, type[BaseException]] = field(default_factory=dict)  # function -> error it raises
@@ -237,7 +240,10 @@ class FakeNvml:
         g = self._gpu(h, "nvmlDeviceGetTotalEccErrors")
         if g.ecc_mode != C.NVML_FEATURE_ENABLED:
             raise NVMLError_NotSupported()
-        return self._lookup(g.ecc, (error_type, counter_type))
+        count = self._lookup(g.ecc, (error_type, counter_type))
+        if count is None:  # a counter this GPU does not keep (nvidia-smi: N/A)
+            raise NVMLError_NotSupported()
+        return count
 
     def nvmlDeviceGetPcieThroughput(self, h: Handle, counter: int) -> int:
         return self._lookup(self._gpu(h, "nvmlDeviceGetPcieThroughput").pcie_kbps, counter)
@@ -272,7 +278,7 @@ class FakeNvml:
             raise error()
 
     @staticmethod
-    def _lookup(table: dict[Any, int], key: Any) -> int:
+    def _lookup(table: dict[Any, Any], key: Any) -> Any:
         if key not in table:
             raise NVMLError_InvalidArgument()
         return table[key]
@@ -333,3 +339,140 @@ def two_gpus() -> list[FakeGpu]:
             processes=[(4243, 64000 * MIB), (4244, None)],
         ),
     ]
+
+
+# -- a fake built from a real nvidia-smi -q -x ------------------------------------------------------
+
+
+def _reason_constant(word: str) -> str:
+    """pynvml's constant for an nvidia-smi XML reason tag's word (``sw_power_cap`` -> ``...SwPowerCap``).
+
+    nvidia-smi writes ``display_clocks_setting`` where nvml.h says ``DisplayClockSetting``."""
+    word = {"display_clocks_setting": "display_clock_setting"}.get(word, word)
+    return "nvmlClocksEventReason" + "".join(part.capitalize() for part in word.split("_"))
+
+
+def _number(text: str | None, unit: str) -> float | None:
+    """``"66.92 W"`` -> 66.92; ``"N/A"`` (or no element) -> None; any other unit is an error."""
+    if text is None or text.strip() in ("N/A", "[N/A]", "Not Supported"):
+        return None
+    m = re.fullmatch(r"\s*(-?[0-9.]+)\s*" + re.escape(unit) + r"\s*", text)
+    if m is None:
+        raise ValueError(f"expected a number in {unit}: {text!r}")
+    return float(m.group(1))
+
+
+@dataclass
+class SmiGpu:
+    """One ``<gpu>`` of a real ``nvidia-smi -q -x``, in nvidia-smi's own units, and the fake from it."""
+
+    xml: dict[str, Any]  # the values as nvidia-smi printed them (MiB, W, MHz, C, KB/s; None: N/A)
+    active_reasons: list[str]  # the reason tags nvidia-smi shows as Active, in its own words
+    fake: FakeGpu
+
+
+def from_nvidia_smi_xml(path: Path, pynvml_module: Any) -> tuple[dict[str, str], list[SmiGpu]]:
+    """The driver's facts and each GPU of a real ``nvidia-smi -q -x`` file, with a :class:`FakeGpu`
+    holding the same values in NVML's units (bytes, mW, ...). The clock-event bitmask is built from
+    the tags nvidia-smi shows Active, bit by bit from the *installed* pynvml's constants; a field
+    nvidia-smi shows as N/A is a function (or ECC counter) that raises ``NVMLError_NotSupported``."""
+    root = ET.parse(path).getroot()  # a local file; ElementTree never fetches the DOCTYPE's DTD
+    meta = {
+        "driver_version": root.findtext("driver_version") or "",
+        "cuda": root.findtext("cuda_version") or "",
+    }
+    out = []
+    for g in root.findall("gpu"):
+        power = g.find("power_readings")
+        if power is None:
+            power = g.find("gpu_power_readings")  # driver 535 and later
+        assert power is not None
+        limit = power.findtext("enforced_power_limit") or power.findtext("current_power_limit")
+        reasons = g.find("clocks_event_reasons")
+        if reasons is None:
+            reasons = g.find("clocks_throttle_reasons")  # before driver 535
+        assert reasons is not None
+        active = [
+            re.sub(r"^clocks_(event|throttle)_reason_", "", r.tag)
+            for r in reasons
+            if (r.text or "").strip() == "Active"
+        ]
+        mask = 0
+        for word in active:
+            mask |= int(getattr(pynvml_module, _reason_constant(word)))
+        ecc: dict[tuple[int, int], int | None] = {}
+        for counter, kind in (("volatile", C.NVML_VOLATILE_ECC), ("aggregate", C.NVML_AGGREGATE_ECC)):
+            for err, etype in (
+                ("correctable", C.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                ("uncorrectable", C.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+            ):
+                # NVML's total is the sum over the memories nvidia-smi lists (SRAM, DRAM)
+                parts = [g.findtext(f"ecc_errors/{counter}/{mem}_{err}") for mem in ("sram", "dram")]
+                values = [_number(p, "") for p in parts]
+                ecc[etype, kind] = None if None in values else int(sum(v for v in values if v is not None))
+        xml = {
+            "name": g.findtext("product_name"),
+            "uuid": g.findtext("uuid"),
+            "pci_bus_id": g.findtext("pci/pci_bus_id"),
+            "util_gpu_pct": _number(g.findtext("utilization/gpu_util"), "%"),
+            "util_mem_pct": _number(g.findtext("utilization/memory_util"), "%"),
+            "mem_total_mib": _number(g.findtext("fb_memory_usage/total"), "MiB"),
+            "mem_reserved_mib": _number(g.findtext("fb_memory_usage/reserved"), "MiB"),
+            "mem_used_mib": _number(g.findtext("fb_memory_usage/used"), "MiB"),
+            "mem_free_mib": _number(g.findtext("fb_memory_usage/free"), "MiB"),
+            "sm_clock_mhz": _number(g.findtext("clocks/sm_clock"), "MHz"),
+            "graphics_clock_mhz": _number(g.findtext("clocks/graphics_clock"), "MHz"),
+            "mem_clock_mhz": _number(g.findtext("clocks/mem_clock"), "MHz"),
+            "sm_clock_max_mhz": _number(g.findtext("max_clocks/sm_clock"), "MHz"),
+            "graphics_clock_max_mhz": _number(g.findtext("max_clocks/graphics_clock"), "MHz"),
+            "mem_clock_max_mhz": _number(g.findtext("max_clocks/mem_clock"), "MHz"),
+            "power_w": _number(power.findtext("power_draw"), "W"),
+            "power_limit_w": _number(limit, "W"),
+            "temp_c": _number(g.findtext("temperature/gpu_temp"), "C"),
+            "ecc_mode": g.findtext("ecc_mode/current_ecc"),
+            "ecc": ecc,
+            "pcie_tx_kbps": _number(g.findtext("pci/tx_util"), "KB/s"),
+            "pcie_rx_kbps": _number(g.findtext("pci/rx_util"), "KB/s"),
+            "processes": [
+                (int(p.findtext("pid") or -1), _number(p.findtext("used_memory"), "MiB"))
+                for p in g.findall("processes/process_info")
+            ],
+        }
+        fail: dict[str, type[BaseException]] = {}
+        if xml["util_gpu_pct"] is None:  # MIG mode: NVML has no whole-GPU utilisation
+            fail["nvmlDeviceGetUtilizationRates"] = NVMLError_NotSupported
+
+        def mib(v: float | None) -> int:
+            assert v is not None
+            return int(v) * MIB
+
+        def mhz(values: dict[str, Any], clocks: str) -> dict[int, int]:
+            pick = {C.NVML_CLOCK_GRAPHICS: "graphics", C.NVML_CLOCK_SM: "sm", C.NVML_CLOCK_MEM: "mem"}
+            return {k: int(values[f"{w}_clock{clocks}_mhz"]) for k, w in pick.items()}
+
+        fake = FakeGpu(
+            name=str(xml["name"]),
+            uuid=str(xml["uuid"]),
+            bus_id=str(xml["pci_bus_id"]).encode(),
+            util_gpu=int(xml["util_gpu_pct"] or 0),
+            util_memory=int(xml["util_mem_pct"] or 0),
+            mem_total=mib(xml["mem_total_mib"]),
+            mem_used=mib(xml["mem_used_mib"]),
+            mem_reserved=mib(xml["mem_reserved_mib"]),
+            clocks=mhz(xml, ""),
+            max_clocks=mhz(xml, "_max"),
+            reasons=mask,
+            power_mw=round(xml["power_w"] * 1000),  # nvidia-smi prints NVML's mW / 1000, 2 decimals
+            power_limit_mw=round(xml["power_limit_w"] * 1000),
+            temp_c=int(xml["temp_c"]),
+            ecc_mode=C.NVML_FEATURE_ENABLED if xml["ecc_mode"] == "Enabled" else C.NVML_FEATURE_DISABLED,
+            ecc=ecc,
+            pcie_kbps={
+                C.NVML_PCIE_UTIL_TX_BYTES: int(xml["pcie_tx_kbps"]),
+                C.NVML_PCIE_UTIL_RX_BYTES: int(xml["pcie_rx_kbps"]),
+            },
+            processes=[(pid, None if used is None else int(used) * MIB) for pid, used in xml["processes"]],
+            fail=fail,
+        )
+        out.append(SmiGpu(xml, active, fake))
+    return meta, out

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from fake_nvml import (
     NVMLError_LibraryNotFound,
     NVMLError_NotSupported,
     NVMLLibraryMismatchError,
+    from_nvidia_smi_xml,
     h100,
     two_gpus,
 )
@@ -34,7 +36,11 @@ from perfkit.sources.nvml import (
     snapshot,
 )
 
-RECORDED = Path(__file__).parent / "data" / "nvml" / "nvml-20261130T020000Z.json"
+# The fake's own output for two_gpus(), kept as a golden file: it pins the JSON format (a change to
+# to_json shows as a diff), it is NOT a recording of real NVML. Real values: REAL_SMI below.
+FAKE_GOLDEN = Path(__file__).parent / "data" / "nvml" / "nvml-20261130T020000Z.json"
+# Real `nvidia-smi -q -x` outputs (tests/sources/data/nvml_real/SOURCE.md).
+REAL_SMI = Path(__file__).parent / "data" / "nvml_real"
 T0 = datetime(2026, 11, 30, 2, 0, 0, 250_000, tzinfo=UTC)
 
 
@@ -417,10 +423,10 @@ def test_unavailable_snapshot_round_trips_to_an_explicit_file(tmp_path: Path):
     assert back.reason == "NVML not available: NVML Shared Library Not Found"
 
 
-def test_recorded_file_is_what_the_fake_gives():
+def test_the_fakes_golden_file_is_still_what_it_gives():
     snap = take(FakeNvml(two_gpus()))
-    assert RECORDED.read_text(encoding="utf-8") == snap.to_json() + "\n"
-    assert read_snapshot(RECORDED) == snap
+    assert FAKE_GOLDEN.read_text(encoding="utf-8") == snap.to_json() + "\n"
+    assert read_snapshot(FAKE_GOLDEN) == snap
 
 
 def test_bad_json_names_file_and_line(tmp_path: Path):
@@ -445,7 +451,7 @@ def test_bad_json_names_file_and_line(tmp_path: Path):
     ],
 )
 def test_wrong_shape_names_file_and_key(tmp_path: Path, edit, message):
-    data = json.loads(RECORDED.read_text(encoding="utf-8"))
+    data = json.loads(FAKE_GOLDEN.read_text(encoding="utf-8"))
     edit(data)
     path = tmp_path / "nvml.json"
     path.write_text(json.dumps(data))
@@ -457,9 +463,127 @@ def test_wrong_shape_names_file_and_key(tmp_path: Path, edit, message):
 
 def test_nan_and_missing_file_are_bundle_errors(tmp_path: Path):
     path = tmp_path / "nvml.json"
-    path.write_text(RECORDED.read_text(encoding="utf-8").replace('"power_w": 612.25', '"power_w": NaN'))
+    path.write_text(FAKE_GOLDEN.read_text(encoding="utf-8").replace('"power_w": 612.25', '"power_w": NaN'))
     with pytest.raises(BundleError, match="not strict JSON: NaN"):
         read_snapshot(path)
     with pytest.raises(BundleError, match="GPU snapshot not found") as info:
         read_snapshot(tmp_path / "absent.json")
     assert info.value.path == str(tmp_path / "absent.json")
+
+
+# -- real values: a fake built from real nvidia-smi output gives perfkit's snapshot the same numbers --
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        (
+            "a100-sxm4-mig.xml",  # MIG on: no whole-GPU utilisation; ECC on, volatile counters N/A
+            {
+                "name": "NVIDIA A100-SXM4-40GB",
+                "mem_total_mib": 40960.0,
+                "mem_used_mib": 38.0,
+                "mem_reserved_mib": 605.0,
+                "sm_clock_mhz": 1410,
+                "mem_clock_mhz": 1215,
+                "power_w": 66.92,
+                "power_limit_w": 400.0,
+                "temp_c": 36,
+                "throttle_reasons": [],
+                "util_pct": None,
+                "ecc_mode": "enabled",
+                "ecc_corrected_aggregate": 0,
+                "ecc_corrected_volatile": None,
+            },
+        ),
+        (
+            "rtx-4090-driver-535.xml",  # driver 535's clocks_event_reasons: idle
+            {
+                "name": "NVIDIA GeForce RTX 4090",
+                "mem_total_mib": 24564.0,
+                "mem_used_mib": 2.0,
+                "mem_reserved_mib": 346.0,
+                "sm_clock_mhz": 210,
+                "mem_clock_mhz": 405,
+                "power_w": 26.84,
+                "power_limit_w": 450.0,
+                "temp_c": 40,
+                "throttle_reasons": ["gpu_idle"],
+                "util_pct": 0,
+                "ecc_mode": "disabled",
+                "ecc_corrected_aggregate": None,
+                "ecc_corrected_volatile": None,
+            },
+        ),
+    ],
+)
+def test_a_snapshot_of_real_nvidia_smi_values_has_the_same_numbers(name, want):
+    meta, smi = from_nvidia_smi_xml(REAL_SMI / name, pynvml)
+    snap = take(FakeNvml([g.fake for g in smi], driver_version=meta["driver_version"]))
+    assert snap.available and snap.driver_version == meta["driver_version"]
+    (g,) = snap.gpus
+    (x,) = smi
+    # the numbers as nvidia-smi printed them, written out above (not read back from the fake)
+    got = {
+        "name": g.name,
+        "mem_total_mib": g.mem_total_mib,
+        "mem_used_mib": g.mem_used_mib,
+        "mem_reserved_mib": g.mem_reserved_bytes / MIB if g.mem_reserved_bytes is not None else None,
+        "sm_clock_mhz": g.sm_clock_mhz,
+        "mem_clock_mhz": g.mem_clock_mhz,
+        "power_w": g.power_w,
+        "power_limit_w": g.power_limit_w,
+        "temp_c": g.temp_c,
+        "throttle_reasons": g.throttle_reasons,
+        "util_pct": g.util_pct,
+        "ecc_mode": g.ecc_mode,
+        "ecc_corrected_aggregate": g.ecc_corrected_aggregate,
+        "ecc_corrected_volatile": g.ecc_corrected_volatile,
+    }
+    assert got == want
+    # and against every value the XML holds, parsed independently of the table above
+    assert (g.uuid, g.pci_bus_id) == (x.xml["uuid"], x.xml["pci_bus_id"])
+    assert (g.sm_clock_max_mhz, g.mem_clock_max_mhz) == (
+        x.xml["sm_clock_max_mhz"],
+        x.xml["mem_clock_max_mhz"],
+    )
+    assert (g.pcie_tx_kbps, g.pcie_rx_kbps) == (x.xml["pcie_tx_kbps"], x.xml["pcie_rx_kbps"])
+    # nvidia-smi prints each byte count floored to MiB, so its "free" is within 2 MiB of total - used - reserved
+    assert abs(g.mem_free_mib - x.xml["mem_free_mib"]) <= 2.0
+    # a field nvidia-smi shows as N/A is None here and named, never a made-up 0
+    assert (g.util_pct is None) == (x.xml["util_gpu_pct"] is None)
+    if g.util_pct is None:
+        assert g.unavailable["util_pct"] == "Not Supported (nvmlDeviceGetUtilizationRates)"
+    assert g.throttle_reasons == x.active_reasons  # nvidia-smi's Active tags, decoded through NVML's bits
+    json.loads(snap.to_json(), parse_constant=_strict)
+
+
+@pytest.mark.parametrize(
+    ("active", "mask", "words"),
+    [
+        # nvidia-smi's XML tag words -> the bit nvml.h / pynvml defines -> perfkit's decoded words
+        (["gpu_idle"], 0x1, ["gpu_idle"]),
+        (["sw_power_cap", "hw_slowdown"], 0x4 | 0x8, ["sw_power_cap", "hw_slowdown"]),
+        (["hw_thermal_slowdown"], 0x40, ["hw_thermal_slowdown"]),
+        (
+            ["sw_thermal_slowdown", "hw_power_brake_slowdown"],
+            0x20 | 0x80,
+            ["sw_thermal_slowdown", "hw_power_brake_slowdown"],
+        ),
+        (["display_clocks_setting"], 0x100, ["display_clock_setting"]),
+    ],
+)
+def test_active_reasons_in_real_xml_decode_as_nvml_defines_them(tmp_path, active, mask, words):
+    """The real A100 file with some reasons switched to Active (nvidia-smi's own tag names); the
+    bitmask is built from the installed pynvml and must equal nvml.h's values written here."""
+    text = (REAL_SMI / "a100-sxm4-mig.xml").read_text(encoding="utf-8")
+    for word in active:
+        tag = f"clocks_throttle_reason_{word}"
+        text, n = re.subn(f"<{tag}>Not Active\\s*</{tag}>", f"<{tag}>Active</{tag}>", text)
+        assert n == 1, tag
+    path = tmp_path / "smi.xml"
+    path.write_text(text, encoding="utf-8")
+    _, (x,) = from_nvidia_smi_xml(path, pynvml)
+    assert x.fake.reasons == mask
+    (g,) = take(FakeNvml([x.fake])).gpus
+    assert g.throttle_mask == mask and g.throttle_reasons == words
