@@ -61,6 +61,8 @@ WATCHED: tuple[tuple[str, str, str, float | None, int], ...] = (
 )
 
 
+STEP_TIME, TRAINING_RATE = "step time", "training tokens/s"
+
 #: the tail series by the part of a request they time: prefill (first token), decode (the tokens
 #: after it; ITL and TPOT are two statistics of the same gaps) and the whole request
 TAIL_VIEWS = {"TTFT p95": "prefill", "ITL p95": "decode", "TPOT p95": "decode", "E2E p95": "end-to-end"}
@@ -261,6 +263,14 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
                 }
             shifts.append(shift)
     # A suspect needs degrading shifts starting at it, from the baseline level; rank by their total.
+    for sh in shifts:
+        if sh.series == STEP_TIME and TRAINING_RATE in series and sh.aligned_event:
+            # a longer step at the same tokens/s is a bigger step (more micro-batches or sequences),
+            # not a slower job: the step time counts only when the throughput fell at the same change
+            sh.degrading = sh.degrading and any(
+                o.series == TRAINING_RATE and o.degrading and o.aligned_event == sh.aligned_event
+                for o in shifts
+            )
     scores: dict[str, tuple[float, dict[str, Any], list[str]]] = {}
     for sh in shifts:
         if sh.degrading and sh.aligned_event and sh.from_baseline and sh.persists and sh.ts >= span.start:

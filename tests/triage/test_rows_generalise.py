@@ -191,6 +191,37 @@ def test_a_deploy_rolled_back_before_the_window_explains_nothing_in_it():
     assert all(s.persisted > 0.9 for s in kept.shifts if s.aligned_event and s.degrading)
 
 
+def step_and_tokens_engine(
+    steps: list[tuple[int, float]], tokens_per_s: list[tuple[int, float]]
+) -> LocalEngine:
+    """train_step_duration_seconds and train_tokens_total scraped every 15 s over 110 minutes."""
+    rng = np.random.default_rng(7)
+    lines = ["# TYPE train_step_duration_seconds gauge", "# TYPE train_tokens counter"]
+    total = 0.0
+    for k in range(110 * 4 + 1):
+        minute = k / 4
+        step = [v for start, v in steps if start <= minute][-1] * (1 + 0.02 * rng.standard_normal())
+        rate = [v for start, v in tokens_per_s if start <= minute][-1] * (1 + 0.02 * rng.standard_normal())
+        total += rate * 15
+        ts = (T0 + timedelta(seconds=15 * k)).timestamp()
+        lines.append(f'train_step_duration_seconds{{rank="0"}} {step:.5f} {ts:.3f}')
+        lines.append(f'train_tokens_total{{rank="0"}} {total:.1f} {ts:.3f}')
+    return LocalEngine(parse_text("\n".join(lines) + "\n# EOF\n", require_eof=True))
+
+
+def test_a_bigger_step_at_the_same_throughput_is_not_a_regression():
+    """Issue 27: doubling the micro-batch doubles the step time at the same tokens/s (train-oom's
+    config change, loose window): the config was blamed as a regression. The step time counts only
+    when the throughput fell at the same change."""
+    bigger = correlate(step_and_tokens_engine([(0, 1.0), (70, 2.0)], [(0, 5e4)]), WINDOW, BASE, deploy_at(70))
+    assert any(s.series == "step time" and s.aligned_event for s in bigger.shifts)
+    assert bigger.suspect is None
+    slower = correlate(
+        step_and_tokens_engine([(0, 1.0), (70, 2.0)], [(0, 5e4), (70, 2.5e4)]), WINDOW, BASE, deploy_at(70)
+    )
+    assert slower.suspect is not None and {"step time", "training tokens/s"} <= set(slower.suspect["series"])
+
+
 def shift(series: str, ts: str) -> SimpleNamespace:
     aligned = {"ts": ts, "kind": "deploy", "version": "v5.1.3", "detail": "router log level"}
     return SimpleNamespace(
