@@ -325,6 +325,9 @@ def gauge_stat(
 ) -> float | None:
     """``stat`` (avg/max/min) over time of a gauge signal, series combined with ``combine`` first.
 
+    A NaN sample (an exporter's garbage) makes Prometheus' ``*_over_time`` NaN: then the stat is taken
+    over the steps whose values are finite, as below.
+
     A sum over series (requests running on every replica) is taken step by step when series came or
     went inside the window: ``combine(g)`` at every step (a stopped series is stale, so a restarted
     server counts once), then ``stat`` of those. Summing each
@@ -339,7 +342,11 @@ def gauge_stat(
     sel = ops.Selector(res.metric)
     if combine not in ("sum", "count") or not _replaced(engine, sel, window):
         inner = ops.aggregate(combine, ops.over_time(stat, sel, window.seconds))
-        return _instant(engine, inner, window, queries)
+        value = _instant(engine, inner, window, queries)
+        if value is not None:
+            return value
+        # None: no sample in the window, or a NaN sample among them (an exporter's garbage makes
+        # avg/max_over_time NaN, in Prometheus too): judge the steps whose values are finite
     step = choose_step(window, points=SUM_STEPS)
     expr = ops.aggregate(combine, sel)  # at each step: the series alive then (staleness drops the old one)
     frame = _range(engine, expr, window, step, queries)
