@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,29 @@ def scenario_copy(tmp_path):
         return dst
 
     return make
+
+
+@pytest.fixture
+def spawn() -> Iterator:
+    """Start real processes; whatever a test leaves running is killed (by its own PID) afterwards."""
+    from perfkit.lab.servers import process_identity
+
+    procs: list[subprocess.Popen] = []
+
+    def run(args: list[str], **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, **kwargs)
+        procs.append(proc)
+        deadline = time.monotonic() + 5
+        while not (process_identity(proc.pid) or ([], None))[0]:  # its exec has completed
+            assert time.monotonic() < deadline, args
+            time.sleep(0.005)
+        return proc
+
+    yield run
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 # -- CI: a skip is a failure (issue 28) --------------------------------------------------------------

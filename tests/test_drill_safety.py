@@ -34,27 +34,6 @@ from perfkit.lab.servers import process_identity
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def spawn() -> Iterator:
-    """Start real processes; whatever a test leaves running is killed (by its own PID) afterwards."""
-    procs: list[subprocess.Popen] = []
-
-    def run(args: list[str], **kwargs) -> subprocess.Popen:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, **kwargs)
-        procs.append(proc)
-        deadline = time.monotonic() + 5
-        while not (process_identity(proc.pid) or ([], None))[0]:  # its exec has completed
-            assert time.monotonic() < deadline, args
-            time.sleep(0.005)
-        return proc
-
-    yield run
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 def perfkit(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "perfkit", *map(str, args)],

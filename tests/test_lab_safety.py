@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,27 +27,6 @@ SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "scenarios"
 
 def alive(proc: subprocess.Popen) -> bool:
     return proc.poll() is None
-
-
-@pytest.fixture
-def spawn() -> Iterator:
-    """Start real processes; whatever a test leaves running is killed (by its own PID) afterwards."""
-    procs: list[subprocess.Popen] = []
-
-    def run(args: list[str], **kwargs) -> subprocess.Popen:
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, **kwargs)
-        procs.append(proc)
-        deadline = time.monotonic() + 5
-        while not (process_identity(proc.pid) or ([], None))[0]:  # its exec has completed
-            assert time.monotonic() < deadline, args
-            time.sleep(0.005)
-        return proc
-
-    yield run
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def stand_in(
