@@ -35,7 +35,7 @@ VARIANT_BUNDLES = {
 def base_specs() -> dict[str, tuple[Callable[[], Any], Callable[..., dict[str, float]]]]:
     """The scenarios as the simulators tell them: name → (spec factory, the simulator's bundle writer)."""
     from perfkit.lab.sim.bundle import generate as gen_inference
-    from perfkit.lab.sim.scenarios import SCENARIOS
+    from perfkit.lab.sim.catalog import SCENARIOS
     from perfkit.lab.sim.training import generate as gen_training
     from perfkit.lab.sim.training_scenarios import TRAINING_SCENARIOS
 

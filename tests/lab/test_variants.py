@@ -19,7 +19,7 @@ from perfkit.engine.local import LocalEngine
 from perfkit.errors import BundleError
 from perfkit.lab.sim import bundle as inference_bundle
 from perfkit.lab.sim import training as training_bundle
-from perfkit.lab.sim.scenarios import SCENARIOS
+from perfkit.lab.sim.catalog import SCENARIOS
 from perfkit.lab.sim.training_scenarios import TRAINING_SCENARIOS
 from perfkit.lab.sim.variants import (
     LOOSE_FACTOR,
