@@ -207,7 +207,7 @@ def test_variants_are_deterministic(tmp_path):
 )
 def test_embedded_variant_bundle_is_the_generators_output(name, tmp_path):
     """data/scenarios/<variant bundle> is not hand-edited: regenerating reproduces it byte for byte."""
-    from perfkit.app.embedded import specs
+    from perfkit.app.runner.embedded import specs
 
     factory, write = specs()[name]
     write(factory(), tmp_path / name)

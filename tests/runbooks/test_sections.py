@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import perfkit.app.runbook as rb
+import perfkit.app.runbooks.inference as rb
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
 NVML_SNAPSHOT = (

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfkit.app.grading import scenario_dirs
 from perfkit.core.resources import SCENARIOS
 from perfkit.errors import ConfigError
 
@@ -138,3 +137,8 @@ def replay_source(text: str, option: str = "--replay") -> Path:
         f"{option} {text}: no such request log or bundle folder (nor an embedded incident: demo, "
         f"{', '.join(specs())})"
     )
+
+
+def scenario_dirs(root: Path) -> list[Path]:
+    """The scenario bundles under ``root``: the folders that hold an answer key."""
+    return sorted(p.parent for p in root.glob("*/answer.yaml"))
