@@ -31,7 +31,7 @@ lint: $(DEVSTAMP)
 	$(BIN)/ruff check perfkit tests benchmarks
 	$(BIN)/ruff format --check perfkit tests benchmarks
 	$(BIN)/mypy perfkit
-	$(PY) -m perfkit.app.check_notebooks runbooks
+	$(PY) -m perfkit.app.runner.check_notebooks runbooks
 
 # The real servers the integration tests start (Debian packages). Installed when missing and we
 # can (root with apt-get); otherwise stop at once with the one command to run.

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from synthetic import T0, ttft_om  # noqa: E402
 
-from perfkit.app.run import execute  # noqa: E402
+from perfkit.app.runner.run import execute  # noqa: E402
 from perfkit.engine import ops  # noqa: E402
 from perfkit.engine.local import LocalEngine  # noqa: E402
 from perfkit.lab.servers import start  # noqa: E402

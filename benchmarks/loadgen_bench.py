@@ -111,7 +111,7 @@ print(json.dumps({"rc": rc, "wall_s": wall, "rss_mb": ru.ru_maxrss * 1024 / 1e6,
 # perfkit bench's last step alone, over records written here: its peak RSS with long outputs.
 _SUMMARY = """
 import sys
-import perfkit.app.cli, perfkit.loadgen.bench  # what perfkit bench has loaded by then
+import perfkit.app.cli.main, perfkit.loadgen.bench  # what perfkit bench has loaded by then
 from perfkit.loadgen.summary import summarise
 doc = summarise(sys.argv[1], 100.0)
 print(doc["completed"], doc["median_itl_ms"])

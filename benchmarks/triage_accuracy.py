@@ -108,7 +108,7 @@ class Outcome:
 
 
 def _graded(o: Outcome, bundle: Path) -> Outcome:
-    from perfkit.app.grading import grade_bundle
+    from perfkit.app.drills.grading import grade_bundle
 
     g = grade_bundle(bundle)
     o.want, o.want_version, o.got, o.got_version = g.want, g.want_version, g.got, g.got_version
@@ -124,7 +124,7 @@ def run_task(task: tuple[str, str, int | None, str, bool]) -> Outcome:
     try:
         if variant == "embedded":
             return _graded(o, Path(where) / name)
-        from perfkit.app.embedded import base_specs
+        from perfkit.app.runner.embedded import base_specs
         from perfkit.lab.sim.variants import write_variant
 
         factory, generate = base_specs()[name]
@@ -319,8 +319,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from perfkit.app.embedded import VARIANT_BUNDLES, base_specs
-    from perfkit.app.grading import scenario_dirs
+    from perfkit.app.runner.embedded import VARIANT_BUNDLES, base_specs, scenario_dirs
     from perfkit.lab.sim.variants import VARIANTS, other_seeds
 
     bases = base_specs()

@@ -3,7 +3,7 @@
 Sweeps the issue's own example grid, ``max_num_seqs=128,256 x gpu_memory_utilization=0.85,0.92 x
 enable_chunked_prefill=false,true``, over the demo incident (``data/scenarios/p95-prefill-interference``:
 Llama-3.1-70B on 4x H100, ~1,800 requests in 10 minutes, as its bundle recorded them) with
-:func:`perfkit.app.whatif.run_whatif`, end to end (bundle and traffic read, every run, the summary),
+:func:`perfkit.app.whatif.replay.run_whatif`, end to end (bundle and traffic read, every run, the summary),
 one process, one core; then the same at 4x the recorded rate, where every configuration is
 overloaded (the worst case for the simulator's cost). Prints each run's wall time and speed-up,
 then the total against the 60 s target as a ratio (below 1: met).
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfkit.app.whatif import run_whatif  # noqa: E402
+from perfkit.app.whatif.replay import run_whatif  # noqa: E402
 
 TARGET_S = 60.0  # the budget for 8 configs x 10 simulated minutes
 STRESS_SCALE = 4.0

@@ -38,6 +38,11 @@ class ConfigError(PerfkitError):
     """A parameter, option or configuration file is invalid."""
 
 
+class ResultError(ConfigError):
+    """A load-test result file that cannot be used: names the file and the key
+    (``perfkit.loadgen.result`` and the importers of other tools' results both raise it)."""
+
+
 class SecretLeak(PerfkitError):
     """A value that looks like a secret was given where a reference belongs."""
 

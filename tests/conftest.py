@@ -14,7 +14,7 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "data" / "scenarios"
 
-# papermill/nbformat pull a slow optional import; perfkit.app.run documents why this is safe.
+# papermill/nbformat pull a slow optional import; perfkit.app.runner.run documents why this is safe.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "data" / "scenarios"

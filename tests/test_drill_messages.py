@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
-from perfkit.app.drill_ids import REGISTRY
+from perfkit.app.cli.main import cli
+from perfkit.app.drills.ids import REGISTRY
 from perfkit.triage.table import triage_bundle
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "scenarios"

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app import live_drill as L
-from perfkit.app.cli import cli
-from perfkit.app.live_drill_specs import MIN_LIFE_WALL_S, Timing, capped_speed, life_for, offset_for
+from perfkit.app.cli.main import cli
+from perfkit.app.drills import live as L
+from perfkit.app.drills.live_specs import MIN_LIFE_WALL_S, Timing, capped_speed, life_for, offset_for
 from perfkit.errors import ConfigError
 from perfkit.lab.servers import process_identity
 
@@ -300,7 +300,7 @@ def test_a_drill_lasts_long_enough_in_wall_time_to_fix_it():
         life = life_for(speed, t)
         assert life >= t.duration and life / speed >= MIN_LIFE_WALL_S
         # the clock never overtakes the wall clock over the life and the supervisor's grace
-        from perfkit.app.live_drill_clock import GRACE_S
+        from perfkit.app.drills.live_clock import GRACE_S
 
         wall = (life + GRACE_S) / speed
         assert offset_for(speed, t) >= wall * speed - wall

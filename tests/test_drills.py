@@ -17,8 +17,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
-from perfkit.app.drill_ids import REGISTRY
+from perfkit.app.cli.main import cli
+from perfkit.app.drills.ids import REGISTRY
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "scenarios"
 NAMES = sorted(p.parent.name for p in SCENARIOS.glob("*/answer.yaml"))
@@ -71,11 +71,11 @@ def grep_folder(folder: Path) -> dict[str, list[str]]:
 
 
 def test_every_shipped_scenario_has_a_fixed_id():
-    from perfkit.app.embedded import specs
+    from perfkit.app.runner.embedded import specs
 
     shipped = set(NAMES) | set(specs())  # a checkout's bundles, a wheel's specs
     missing = sorted(shipped - set(REGISTRY.values()))
-    assert missing == [], "give each a drill id: append it to perfkit/app/drill_ids.py REGISTRY"
+    assert missing == [], "give each a drill id: append it to perfkit/app/drills/ids.py REGISTRY"
     numbers = sorted(int(i.split("-")[1]) for i in REGISTRY)
     assert numbers == list(range(1, len(REGISTRY) + 1))
     assert len(set(REGISTRY.values())) == len(REGISTRY)
@@ -101,7 +101,7 @@ def test_answers_view_names_scenarios_and_directions():
 
 
 def test_every_drill_starts_without_naming_its_answer(tmp_path):
-    from perfkit.app.drills import drills, start
+    from perfkit.app.drills.recorded import drills, start
 
     listed = [d.id for d in drills()]
     assert len(listed) == len(NAMES)
@@ -120,7 +120,7 @@ def test_every_drill_starts_without_naming_its_answer(tmp_path):
 
 @pytest.mark.parametrize("chunk", [3, 5, 7, 1 << 20])
 def test_a_leak_is_a_whole_identifier_even_across_reads(monkeypatch, chunk):
-    from perfkit.app import drill_evidence as E
+    from perfkit.app.drills import evidence as E
 
     monkeypatch.setattr(E, "CHUNK", chunk)
     leaks = E.Leaks.of(["kv-prefix-cache-thrash"], ["data_pipeline", "tpot_high"], "drill-20")
@@ -137,7 +137,7 @@ def test_a_leak_is_a_whole_identifier_even_across_reads(monkeypatch, chunk):
 
 
 def test_leaks_in_logs_metrics_and_names_are_replaced_and_the_bundle_still_loads(tmp_path):
-    from perfkit.app.drills import start
+    from perfkit.app.drills.recorded import start
     from perfkit.sources.bundle import load_bundle
 
     name = "kv-prefix-cache-thrash"
@@ -182,7 +182,7 @@ def test_leaks_in_logs_metrics_and_names_are_replaced_and_the_bundle_still_loads
 
 
 def test_a_link_in_the_bundle_is_refused_not_followed(tmp_path):
-    from perfkit.app.drills import start
+    from perfkit.app.drills.recorded import start
     from perfkit.errors import BundleError
 
     src = tmp_path / "library" / "train-healthy"
@@ -195,7 +195,7 @@ def test_a_link_in_the_bundle_is_refused_not_followed(tmp_path):
 
 
 def test_a_leak_across_two_reads_is_found():
-    from perfkit.app.drill_evidence import CHUNK, Leaks, scrub_stream
+    from perfkit.app.drills.evidence import CHUNK, Leaks, scrub_stream
 
     leaks = Leaks.of(["kv-prefix-cache-thrash"], ["kv_cache_allocation"], "drill-20")
     for cut in (0, 1, 5, 21, 22):  # the name starts `cut` bytes before the first read ends
@@ -257,7 +257,7 @@ def test_check_grades_first_then_reveals_the_scenario():
 
 
 def test_ids_stay_when_scenarios_are_added(tmp_path):
-    from perfkit.app.drills import drills
+    from perfkit.app.drills.recorded import drills
 
     def library(*names: str) -> dict[str, str]:
         for name in names:

@@ -25,7 +25,7 @@ import pytest
 import requests
 from nbformat.v4 import new_markdown_cell
 
-from perfkit.app.lab_open import free_port, lab_command, launch_lab, write_parameterized
+from perfkit.app.runner.lab_open import free_port, lab_command, launch_lab, write_parameterized
 from perfkit.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -216,8 +216,8 @@ def test_simulator_admin_example_as_written(tmp_path):
 
 def test_batch_example_reads(tmp_path, monkeypatch):
     """The README's batch file: every item's bundle resolves and every parameter is the runbook's."""
-    from perfkit.app.batch import load_batch
-    from perfkit.app.run import check_run_parameters, find_runbook
+    from perfkit.app.runner.batch import load_batch
+    from perfkit.app.runner.run import check_run_parameters, find_runbook
 
     text = re.search(r"```yaml\n(# incidents\.yaml.*?)```", README, re.S).group(1)
     monkeypatch.chdir(REPO)  # the README's paths are relative to the checkout
@@ -233,7 +233,7 @@ def test_batch_example_reads(tmp_path, monkeypatch):
 
 def test_embedded_names_work_wherever_a_bundle_is_taken():
     """Issue 21: `--replay demo` was refused by bench and what-if while `--bundle demo` worked."""
-    from perfkit.app.embedded import replay_source
+    from perfkit.app.runner.embedded import replay_source
     from perfkit.errors import ConfigError
 
     assert replay_source("demo").name == "p95-prefill-interference"

@@ -9,8 +9,8 @@ from urllib.parse import quote
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
-from perfkit.app.run import execute
+from perfkit.app.cli.main import cli
+from perfkit.app.runner.run import execute
 from perfkit.core.scrub import known_secrets, scrub, slug_like
 from perfkit.core.secrets import (
     check_parameters,

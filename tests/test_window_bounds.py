@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 from perfkit.core.incident import MAX_WINDOW_DAYS, make_window
 from perfkit.errors import ConfigError
 

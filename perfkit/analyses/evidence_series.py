@@ -3,7 +3,7 @@
 One query set per direction over ``span`` (the baseline's start to the incident's end), named as
 the figure shows them, with the joins done here (prefix-cache hit rate, GPU memory used %).
 Plain frames out, no display: ``perfkit.report.evidence_figures`` draws them and
-``perfkit.app.runbook`` wires them. The directions whose evidence is already a result
+``perfkit.app.runbooks.inference`` wires them. The directions whose evidence is already a result
 (``prefill_decode_interference``, ``release_regression``) need no query and get ``None``.
 """
 

@@ -2,7 +2,7 @@
 
 The queries behind the training and GPU figures (the gauges over the baseline and incident
 span), the training step table (baseline, incident and their ratio) and the cost table. Plain
-frames out, no display: ``perfkit.report.sections`` draws them, ``perfkit.app.runbook`` wires them.
+frames out, no display: ``perfkit.report.sections`` draws them, ``perfkit.app.runbooks.inference`` wires them.
 The training table reads ``perfkit.analyses.training_evidence.TrainingEvidence``.
 """
 

@@ -506,7 +506,7 @@ def serving(*, startup_timeout_s: float = 30.0, cpus: set[int] | None = None, **
     """
     sim = [f"--{k.replace('_', '-')}={v}" for k in _SIM_OPTIONS if (v := knobs.pop(k, None)) is not None]
     cli = [*sim, *ServeConfig(**knobs | {"port": 0}).cli_args()]
-    args = [sys.executable, "-m", "perfkit.app.serve_cli", *cli]
+    args = [sys.executable, "-m", "perfkit.app.cli.serve", *cli]
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err)
         try:

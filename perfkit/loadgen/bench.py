@@ -134,24 +134,6 @@ def records_name(out: Path) -> Path:
     return out.with_name(f"{out.stem}.requests.parquet")
 
 
-def prompt_factory(
-    seed: int, tokenizer: str | None, prompts: list[str] | None = None
-) -> Callable[[int, int], str]:
-    """Request i's prompt, built when it is sent (a long plan holds no prompts), or ``prompts[i]``
-    (a dataset's texts; the warm-up's requests reuse them in turn)."""
-    from perfkit.loadgen.prompts import load_tokenizer, make_prompt
-
-    if prompts:
-        return lambda i, tokens: prompts[i % len(prompts)]
-    rng = np.random.default_rng(seed)
-    tok = load_tokenizer(tokenizer) if tokenizer else None
-
-    def prompt_for(i: int, tokens: int) -> str:
-        return make_prompt(tokens, rng, tokenizer=tok)[0]
-
-    return prompt_for
-
-
 def metrics_url(opts: BenchOptions) -> str:
     """Where the server's /metrics is: given, or beside the API ("" when not scraped)."""
     return opts.url.rstrip("/") + "/metrics" if opts.metrics_url is None else opts.metrics_url
@@ -193,6 +175,8 @@ async def _run(
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
         loop.add_signal_handler(signal.SIGINT, stop.set)
     watcher = asyncio.ensure_future(_watch(cancel, stop))
+    from perfkit.loadgen.prompts import prompt_factory
+
     prompt_for = prompt_factory(opts.seed, opts.tokenizer, opts.prompts)
     view = None
     scrape_url = metrics_url(opts)

@@ -22,6 +22,7 @@ every prompt, every run: drawn from :data:`PREFIX_SEED`), which measures the cac
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -383,3 +384,19 @@ def read_sharegpt(
     how = "tokenizer" if tok is not None else f"estimated: {CHARS_PER_TOKEN} characters a token"
     note = f"sharegpt {p.name}: {len(pairs):,} conversations, first human turn as prompt (lengths {how})"
     return prompts, p_len, o_len, note
+
+
+def prompt_factory(
+    seed: int, tokenizer: str | None, prompts: list[str] | None = None
+) -> Callable[[int, int], str]:
+    """Request i's prompt, built when it is sent (a long plan holds no prompts), or ``prompts[i]``
+    (a dataset's texts; the warm-up's requests reuse them in turn)."""
+    if prompts:
+        return lambda i, tokens: prompts[i % len(prompts)]
+    rng = np.random.default_rng(seed)
+    tok = load_tokenizer(tokenizer) if tokenizer else None
+
+    def prompt_for(i: int, tokens: int) -> str:
+        return make_prompt(tokens, rng, tokenizer=tok)[0]
+
+    return prompt_for

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfkit.errors import ConfigError
+from perfkit.errors import ResultError
 from perfkit.sources.safeio import RefusedFile, read_capped, size_text
 from perfkit.sources.safejson import UnsafeJson, check_json_bounds, load_json_bounded
 
@@ -53,10 +53,6 @@ NUMBERS = (
     *(f"{s}_{m}_ms" for m in METRICS for s in STATS),
 )
 OBJECTS = ("load", "meta", "validity", "errors")
-
-
-class ResultError(ConfigError):
-    """A result file that cannot be used: names the file and the key."""
 
 
 def _number_ok(v: Any) -> bool:

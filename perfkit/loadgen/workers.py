@@ -63,7 +63,7 @@ def split(plan: Any, workers: int, concurrency: int | None) -> list[tuple[np.nda
 
 def _worker(share: Share, ready: Any, start: Any, reports: Any) -> None:
     """A worker process: wait for the shared start, send its share, report, write its records."""
-    from perfkit.loadgen.bench import prompt_factory
+    from perfkit.loadgen.prompts import prompt_factory
 
     async def main() -> C.RunInfo:
         stop = asyncio.Event()

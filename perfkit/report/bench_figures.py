@@ -3,7 +3,7 @@ baseline capture.
 
 Everything here works on plain data: a ``perfkit.bench/1`` result document (a dict), the points of
 a sweep and its knee (``perfkit.loadgen.sweep.find_knee``), a gate verdict as its JSON
-(``Verdict.as_dict()``). The report layer never imports ``loadgen``: ``perfkit.app.baseline_runbook``
+(``Verdict.as_dict()``). The report layer never imports ``loadgen``: ``perfkit.app.runbooks.baseline``
 reads the files and hands the data over.
 
 Evidence text (a model name, a label, a URL) never reaches a figure unescaped: plotly renders a

@@ -23,7 +23,7 @@ SECTION_FINDINGS = ("changes", "stages", "gpu", "cost", "postmortem")
 #: A training job's postmortem shows its step breakdown (the ``train_*`` gauges, the profiler
 #: traces per rank, the scaling between phases) where an inference one shows latency stages, its
 #: efficiency and memory beside the GPU state, and its training cost as the cost
-#: (:mod:`perfkit.app.runbook_training`).
+#: (:mod:`perfkit.app.runbooks.training`).
 BREAKDOWN_FINDINGS = ("scaling", "trace", "trace_ranks", "training")
 GPU_FINDINGS = ("efficiency", "memory")
 TRAINING_COST = "training_cost"

@@ -2,7 +2,7 @@
 
 A :class:`Section` shows a one-line verdict, a table and figures in the notebook and records its
 finding (``application/vnd.perfkit.finding+json``). The ``*_section`` functions turn an analysis
-result into that finding: verdict line, status, table and figure. ``perfkit.app.runbook`` wires
+result into that finding: verdict line, status, table and figure. ``perfkit.app.runbooks.inference`` wires
 the inputs; the computation lives in ``perfkit.analyses``.
 """
 

@@ -1,6 +1,6 @@
 """How profiler traces (:mod:`perfkit.traces`) look in the training runbook: one step of one rank
 on a timeline, the GPU time of every traced rank broken down the way HTA does, and the trace
-section's finding (:func:`trace_section`; wired by :mod:`perfkit.app.runbook_training`).
+section's finding (:func:`trace_section`; wired by :mod:`perfkit.app.runbooks.training`).
 
 **The step timeline** (:func:`step_timeline`) draws one ``ProfilerStep#N`` of one rank: a row per
 GPU stream with its kernels coloured by HTA's kernel type (computation, communication, memory,

@@ -3,7 +3,7 @@ cost) and a training job's impact for its postmortem, in the job's own terms.
 
 The numbers come from :mod:`perfkit.traces` (HTA's breakdown per rank), :mod:`perfkit.analyses.mfu`,
 :mod:`perfkit.analyses.memory`, :mod:`perfkit.analyses.scaling` and :mod:`perfkit.analyses.cost`;
-:mod:`perfkit.app.runbook_training` wires them. Here they become findings (verdict line, status,
+:mod:`perfkit.app.runbooks.training` wires them. Here they become findings (verdict line, status,
 table, figure) and the postmortem's Impact table (:class:`~perfkit.report.postmortem.JobTerms`).
 
 **Time lost** is measured against the baseline's tokens/s per GPU: a synchronous data-parallel job

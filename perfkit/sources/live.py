@@ -190,7 +190,7 @@ def live_incident(
 @dataclass(frozen=True)
 class IncidentParams:
     """Which incident, and where its evidence is: the runbook parameters the notebooks pass to
-    :func:`perfkit.app.runbook.open_incident`, which the CLI's live options stand for, and from
+    :func:`perfkit.app.runbooks.context.open_incident`, which the CLI's live options stand for, and from
     which live mode is opened. Field names are the runbooks' parameter names.
 
     Credentials are references only (env var and file names). ``logs`` are paths or globs (the

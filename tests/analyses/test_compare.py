@@ -14,7 +14,7 @@ import pytest
 
 from perfkit.analyses.compare import BY_KEY, K, Measure, Side, judge
 from perfkit.analyses.compare_sides import bench_side, window_side
-from perfkit.app.runbook import open_incident
+from perfkit.app.runbooks.inference import open_incident
 from perfkit.core.frames import Window
 from perfkit.engine.local import LocalEngine
 from perfkit.errors import ConfigError
@@ -315,7 +315,7 @@ def test_a_windows_standard_error_is_the_spread_of_other_seeds(tmp_path):
     0.5-4x range (short windows read conservative: ~1-2.6x, see perfkit.analyses.compare)."""
     import dataclasses
 
-    from perfkit.app.embedded import specs
+    from perfkit.app.runner.embedded import specs
     from perfkit.lab.sim.bundle import compress
 
     spec, generate = specs()["healthy-decoy-deploy"]

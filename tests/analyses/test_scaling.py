@@ -20,9 +20,9 @@ from perfkit.analyses.scaling import (
     scaling,
     trace_shares,
 )
-from perfkit.app.cli import cli
-from perfkit.app.runbook import open_incident
-from perfkit.app.scaling_cli import scaling_for
+from perfkit.app.cli.main import cli
+from perfkit.app.runbooks.inference import open_incident
+from perfkit.app.runbooks.scaling import scaling_for
 from perfkit.core.frames import Window
 from perfkit.engine.local import LocalEngine
 from perfkit.lab.sim.training_engine import simulate

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import perfkit.app.baseline_runbook as br
+import perfkit.app.runbooks.baseline as br
 from perfkit.core.findings import findings_from_notebook
 from perfkit.loadgen import store
 
@@ -190,7 +190,7 @@ def test_the_gate_catches_a_slowed_reference_server(tmp_path):
 
 
 def test_the_inference_baseline_section_shows_attainment_and_a_bench_result(tmp_path):
-    import perfkit.app.runbook as rb
+    import perfkit.app.runbooks.inference as rb
 
     bench = write(tmp_path / "bench.json", bench_doc(started="2026-03-05T10:00:00Z", ttft=400.0))
     ctx = rb.open_incident(str(SCENARIO), bench_result=str(bench))
@@ -209,7 +209,7 @@ def test_the_inference_baseline_section_shows_attainment_and_a_bench_result(tmp_
 
 
 def test_a_broken_bench_result_never_breaks_the_baseline_section(tmp_path):
-    import perfkit.app.runbook as rb
+    import perfkit.app.runbooks.inference as rb
 
     (tmp_path / "bench.json").write_text('{"schema": "perfkit.bench/1", "completed": ')
     for path in (tmp_path / "bench.json", tmp_path / "absent.json"):
@@ -221,7 +221,7 @@ def test_a_broken_bench_result_never_breaks_the_baseline_section(tmp_path):
 
 @pytest.mark.notebook
 def test_the_runbook_runs_its_demo_headless_and_renders(tmp_path):
-    from perfkit.app.run import execute
+    from perfkit.app.runner.run import execute
 
     result = execute("baseline_capture", tmp_path / "out", {})
     assert result.error is None, result.error
@@ -247,7 +247,7 @@ def test_the_runbook_runs_its_demo_headless_and_renders(tmp_path):
 
 @pytest.mark.notebook
 def test_the_inference_runbook_takes_a_bench_result(tmp_path):
-    from perfkit.app.run import execute
+    from perfkit.app.runner.run import execute
 
     bench = write(tmp_path / "bench.json", bench_doc(started="2026-03-05T10:00:00Z"))
     result = execute(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
-from perfkit.app.runbook import open_incident, verify_fix
+from perfkit.app.cli.main import cli
+from perfkit.app.runbooks.inference import open_incident, verify_fix
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
 ROLLED = SCENARIOS / "release-regression-rolled-back"
@@ -245,7 +245,7 @@ def test_a_broken_after_bundle_is_said_in_the_section(tmp_path):
 
 @pytest.mark.notebook
 def test_the_runbook_records_the_verdict(tmp_path):
-    from perfkit.app.run import execute
+    from perfkit.app.runner.run import execute
     from perfkit.core.findings import findings_from_notebook
 
     result = execute("inference_latency", tmp_path / "a", {"bundle": str(SCENARIOS / "release-regression"),

@@ -8,7 +8,7 @@ import re
 
 from fleet import MODEL, OTHER_MODEL, fleet_bundle
 
-from perfkit.app.runbook import open_incident, scope
+from perfkit.app.runbooks.inference import open_incident, scope
 from perfkit.triage.table import triage_bundle
 
 

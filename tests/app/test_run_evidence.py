@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
-from perfkit.app.run import check_run_parameters, find_runbook
+from perfkit.app.cli.main import cli
+from perfkit.app.runner.run import check_run_parameters, find_runbook
 from perfkit.errors import ConfigError
 
 
@@ -85,7 +85,7 @@ def test_each_section_reports_its_start_in_order(tmp_path):
     path = tmp_path / "tiny.ipynb"
     nbformat.write(nb, path)
     seen: list[tuple[int, int, str, float]] = []
-    from perfkit.app.run import execute
+    from perfkit.app.runner.run import execute
 
     result = execute(str(path), tmp_path / "out", {"x": 2}, render=False, progress=lambda *a: seen.append(a))
     assert result.ok, result.error

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
-from perfkit.app.whatif import MAX_CONFIGS, mark_best, parse_sets, parse_slo
+from perfkit.app.cli.main import cli
+from perfkit.app.whatif.replay import MAX_CONFIGS, mark_best, parse_sets, parse_slo
 from perfkit.errors import ConfigError
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
@@ -260,7 +260,7 @@ def test_best_is_most_requests_within_the_slos_then_the_cheapest():
 
 
 def test_lengths_drawn_past_the_recorded_limit_are_cut_to_it():
-    from perfkit.app.whatif import fit_recorded
+    from perfkit.app.whatif.replay import fit_recorded
     from perfkit.loadgen.shapes import Plan
 
     plan = Plan(np.array([0.0, 1.0, 2.0]), np.array([100, 9000, 20000]), np.array([50, 50, 9000]), "replay")

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from servers import require_binary
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 from perfkit.engine.local import LocalEngine
 from perfkit.sources.bundle import load_bundle
 from perfkit.triage.evidence import gather
@@ -121,7 +121,7 @@ def test_runbook_on_the_printed_lab_url_gives_the_bundles_findings(tmp_path, mon
     """The issue's promise, as a new user follows it: lab up, paste the printed parameters, run."""
     import ast
 
-    from perfkit.app.run import execute
+    from perfkit.app.runner.run import execute
     from perfkit.core.findings import findings_from_notebook
 
     monkeypatch.setenv("PERFKIT_LAB_DIR", str(tmp_path / "lab"))

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from servers import require_binary
 from test_drills import ID_OF, grep_folder, prometheus_serves_the_bundle, spoilers
 
-from perfkit.app import live_drill as L
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
+from perfkit.app.drills import live as L
 from perfkit.lab.servers import process_identity
 
 SPEED = 30.0
@@ -246,7 +246,7 @@ def test_fix_status_and_stop_need_a_live_drill(tmp_path):
 
 
 def test_the_request_log_is_seeded_and_bounded():
-    from perfkit.app.live_drill_specs import SPECS, request_log
+    from perfkit.app.drills.live_specs import SPECS, request_log
 
     traffic = SPECS["decode-thermal-throttle"].traffic
     rows = request_log(traffic, 600.0, 3)
@@ -260,14 +260,14 @@ def test_the_request_log_is_seeded_and_bounded():
 
 def test_restamp_moves_vllm_log_stamps_only():
     line = "(APIServer pid=7) INFO 12-01 10:00:05 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0"
-    from perfkit.app.live_drill_clock import restamp
+    from perfkit.app.drills.live_clock import restamp
 
     assert restamp(line, -3605.0) == line.replace("12-01 10:00:05", "12-01 09:00:00")
     assert restamp("no stamp here", -60.0) == "no stamp here"
 
 
 def test_the_drill_clock_stays_behind_the_wall_clock():
-    from perfkit.app.live_drill_specs import Timing
+    from perfkit.app.drills.live_specs import Timing
 
     t = Timing()
     assert L.offset_for(1.0, t) == 0.0

@@ -13,8 +13,8 @@ import requests
 from click.testing import CliRunner
 from servers import require_binary
 
-from perfkit.app.cli import cli
-from perfkit.app.run import execute
+from perfkit.app.cli.main import cli
+from perfkit.app.runner.run import execute
 from perfkit.core.findings import findings_from_notebook
 from perfkit.lab.servers import free_port, start
 

@@ -71,7 +71,7 @@ def test_lab_up_prints_the_scope_and_capture_keeps_only_the_workload(tmp_path, m
 
     from click.testing import CliRunner
 
-    from perfkit.app.cli import cli
+    from perfkit.app.cli.main import cli
 
     require_binary("prometheus")
     monkeypatch.setenv("PERFKIT_LAB_DIR", str(tmp_path / "lab"))

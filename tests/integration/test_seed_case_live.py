@@ -24,8 +24,8 @@ from click.testing import CliRunner
 from servers import require_binary
 from test_drills import ID_OF
 
-from perfkit.app import live_drill as L
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
+from perfkit.app.drills import live as L
 from perfkit.triage.thresholds import MEDIAN_FINE_RATIO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from perfkit.lab.sim.bundle import generate
+from perfkit.lab.sim.catalog import SCENARIOS
 from perfkit.lab.sim.engine import Engine
 from perfkit.lab.sim.exporters import Recorder
-from perfkit.lab.sim.scenarios import SCENARIOS
 from perfkit.sources.bundle import load_bundle
 
 

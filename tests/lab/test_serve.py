@@ -414,7 +414,7 @@ def test_sixty_four_concurrent_streams_all_complete(base):
 
 
 def _command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "perfkit.app.serve_cli", *args]
+    return [sys.executable, "-m", "perfkit.app.cli.serve", *args]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

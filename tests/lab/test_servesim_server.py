@@ -465,7 +465,7 @@ def test_split_and_hostile_bodies_get_answers_and_the_banner_names_the_token_var
     err = tmp_path / "stderr"
     args = ["--engine-config", str(engine_yaml(tmp_path)), "--port", "0", "--log-file", str(tmp_path / "log")]
     with open(err, "w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "perfkit.app.serve_cli", *args], stdout=subprocess.PIPE, stderr=sink, text=True)  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "perfkit.app.cli.serve", *args], stdout=subprocess.PIPE, stderr=sink, text=True)  # fmt: skip
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         assert "admin on, token from $PERFKIT_LAB_ADMIN_TOKEN" in line and TOKEN not in line, line
@@ -493,7 +493,7 @@ def test_split_and_hostile_bodies_get_answers_and_the_banner_names_the_token_var
 
 def test_an_admin_token_given_as_the_env_name_is_refused_without_being_echoed(tmp_path):
     secret = "f3a9-41c2-9e8b-SECRET"
-    cmd = [sys.executable, "-m", "perfkit.app.serve_cli", "--engine-config", str(engine_yaml(tmp_path))]
+    cmd = [sys.executable, "-m", "perfkit.app.cli.serve", "--engine-config", str(engine_yaml(tmp_path))]
     proc = subprocess.run([*cmd, "--port", "0", "--admin-token-env", secret], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert (
         proc.returncode == 2
@@ -573,7 +573,7 @@ def test_speed_runs_virtual_time_faster_with_metrics_and_logs_in_virtual_seconds
 def test_bad_engine_config_or_option_names_the_field(tmp_path, settings, options, named):
     bad = engine_yaml(tmp_path, **settings)
     proc = subprocess.run(
-        [sys.executable, "-m", "perfkit.app.serve_cli", "--engine-config", str(bad), "--port", "0", *options],
+        [sys.executable, "-m", "perfkit.app.cli.serve", "--engine-config", str(bad), "--port", "0", *options],
         capture_output=True,
         text=True,
         timeout=60,

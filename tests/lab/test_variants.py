@@ -19,7 +19,7 @@ from perfkit.engine.local import LocalEngine
 from perfkit.errors import BundleError
 from perfkit.lab.sim import bundle as inference_bundle
 from perfkit.lab.sim import training as training_bundle
-from perfkit.lab.sim.scenarios import SCENARIOS
+from perfkit.lab.sim.catalog import SCENARIOS
 from perfkit.lab.sim.training_scenarios import TRAINING_SCENARIOS
 from perfkit.lab.sim.variants import (
     LOOSE_FACTOR,
@@ -207,7 +207,7 @@ def test_variants_are_deterministic(tmp_path):
 )
 def test_embedded_variant_bundle_is_the_generators_output(name, tmp_path):
     """data/scenarios/<variant bundle> is not hand-edited: regenerating reproduces it byte for byte."""
-    from perfkit.app.embedded import specs
+    from perfkit.app.runner.embedded import specs
 
     factory, write = specs()[name]
     write(factory(), tmp_path / name)

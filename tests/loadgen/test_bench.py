@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 from perfkit.errors import ConfigError
 from perfkit.lab.serve import serving
 from perfkit.loadgen.bench import BenchOptions, run_bench

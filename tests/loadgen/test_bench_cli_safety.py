@@ -14,7 +14,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 from perfkit.lab.serve import serving
 
 SECRET = "sk-proj-Zq81mXv0Lr5Tn2Bw7Kc4Hd9Fy3Gs6Pa"

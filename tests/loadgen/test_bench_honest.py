@@ -19,7 +19,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 from perfkit.lab.serve import serving
 from perfkit.loadgen.bench import BenchOptions, run_bench
 from perfkit.loadgen.shapes import rate_plan

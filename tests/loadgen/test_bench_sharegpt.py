@@ -14,7 +14,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 from perfkit.lab.serve import serving
 
 CONVERSATIONS = [

@@ -10,8 +10,8 @@ import pytest
 from bench_docs import bench_doc as shared_bench_doc
 from click.testing import CliRunner, Result
 
-from perfkit.app.cli import Cli
-from perfkit.app.gate_cli import baseline, gate
+from perfkit.app.cli.gate import baseline, gate
+from perfkit.app.cli.main import Cli
 
 # the top-level group as cli.py builds it: its Cli class turns a PerfkitError into one line and exit 2
 perfkit = Cli(name="perfkit", commands={"baseline": baseline, "gate": gate})

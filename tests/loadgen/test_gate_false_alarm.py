@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import Cli
-from perfkit.app.gate_cli import gate
+from perfkit.app.cli.gate import gate
+from perfkit.app.cli.main import Cli
 from perfkit.loadgen import store
 
 perfkit = Cli(name="perfkit", commands={"gate": gate})

@@ -16,9 +16,9 @@ import pytest
 from bench_docs import bench_doc
 from click.testing import CliRunner, Result
 
-from perfkit.app.cli import Cli
-from perfkit.app.compare_cli import compare
-from perfkit.app.gate_cli import baseline, gate
+from perfkit.app.cli.compare import compare
+from perfkit.app.cli.gate import baseline, gate
+from perfkit.app.cli.main import Cli
 from perfkit.loadgen import gate as gating
 
 perfkit = Cli(name="perfkit", commands={"baseline": baseline, "gate": gate, "compare": compare})
@@ -130,7 +130,7 @@ def test_a_crash_is_exit_2_never_1_and_the_verdict_says_why(
 def test_compare_and_baseline_crashes_are_exit_2(
     tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from perfkit.app import compare_cli
+    from perfkit.app.cli import compare as compare_cli
     from perfkit.loadgen import store as stores
 
     def boom(*args: Any, **kwargs: Any) -> Any:
@@ -223,7 +223,7 @@ def test_a_result_full_of_empty_objects_is_refused_within_1_gb(tmp_path: Path) -
     (st / "baselines").mkdir(parents=True)
     code = (
         "import resource, sys\n"
-        "from perfkit.app.cli import main\n"
+        "from perfkit.app.cli.main import main\n"
         "sys.argv = ['perfkit', *sys.argv[1:]]\n"
         "try:\n    main()\n"
         "finally:\n    print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"

@@ -383,9 +383,9 @@ def surge(tmp_path_factory):
     """A simulated traffic surge that outruns the server (1.55x for most of the window): generated
     by the lab, with the simulator's own record of when every request arrived and finished."""
     from perfkit.lab.sim.bundle import compress, generate
+    from perfkit.lab.sim.catalog import SCENARIOS
     from perfkit.lab.sim.engine import Engine
     from perfkit.lab.sim.exporters import Recorder
-    from perfkit.lab.sim.scenarios import SCENARIOS
 
     spec = compress(SCENARIOS["queueing-traffic-surge"](), 2400)
     out = tmp_path_factory.mktemp("surge") / "bundle"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 
 pytestmark = pytest.mark.notebook
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from perfkit.app.batch import load_batch
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
+from perfkit.app.runner.batch import load_batch
 from perfkit.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.app.run import execute
+from perfkit.app.runner.run import execute
 from perfkit.core.findings import findings_from_notebook
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"

@@ -232,7 +232,7 @@ def test_parameters_are_plain_data(tiny, tmp_path):
     """Row 2: papermill writes non-str values unescaped into the injected cell."""
     from datetime import UTC, datetime
 
-    from perfkit.app.run import execute
+    from perfkit.app.runner.run import execute
 
     payload = b'"+__import__("os").system("touch PWNED")+"'
     with pytest.raises(ConfigError, match="bytes value is not allowed"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pynvml
 
-import perfkit.app.runbook as rb
+import perfkit.app.runbooks.inference as rb
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
 SOURCES_TESTS = Path(__file__).resolve().parents[1] / "sources"

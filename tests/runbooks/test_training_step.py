@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.app.run import execute
+from perfkit.app.runner.run import execute
 from perfkit.core.findings import findings_from_notebook
 
 pytestmark = pytest.mark.notebook

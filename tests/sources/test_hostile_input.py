@@ -734,7 +734,7 @@ CLI_SHAPES = [
 def test_triage_against_a_server_of_the_wrong_shape_says_one_line(answering, case, where):
     from click.testing import CliRunner
 
-    from perfkit.app.cli import cli
+    from perfkit.app.cli.main import cli
 
     data, _ = WRONG_SHAPES[case]
     if where == "label values":

@@ -489,7 +489,7 @@ def test_the_simulators_start_up_lines_read_back_as_its_engine():
     parser reads back must be the engine the scenario ran, not a spelling only the simulator uses."""
     from pathlib import Path
 
-    from perfkit.lab.sim.scenarios import SCENARIOS
+    from perfkit.lab.sim.catalog import SCENARIOS
     from perfkit.sources.logs import read_logs
 
     repo = Path(__file__).resolve().parents[2]

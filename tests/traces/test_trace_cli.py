@@ -9,7 +9,7 @@ import sys
 from click.testing import CliRunner
 from trace_synth import FIXTURES, expected
 
-from perfkit.app.cli import cli
+from perfkit.app.cli.main import cli
 
 ISSUE_KEYS = {  # the per-rank keys issue 12 names for the JSON output
     "rank",

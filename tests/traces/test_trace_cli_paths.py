@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from trace_synth import FIXTURES
 
-from perfkit.app.trace_cli import resolve_trace_path, trace
+from perfkit.app.cli.trace import resolve_trace_path, trace
 from perfkit.errors import ConfigError
 from perfkit.traces import analyze, analyze_phases
 
@@ -53,7 +53,7 @@ def test_a_folder_of_phases_is_read_phase_by_phase(phases):
 
 
 def test_an_embedded_incident_name_and_a_bundle_folder_are_accepted():
-    """As ``perfkit scaling allreduce-scaling-64gpu`` (perfkit.app.runbook.resolve_bundle)."""
+    """As ``perfkit scaling allreduce-scaling-64gpu`` (perfkit.app.runbooks.context.resolve_bundle)."""
     assert resolve_trace_path("allreduce-scaling-64gpu").resolve() == (SCALING / "traces").resolve()
     assert resolve_trace_path(str(SCALING)) == SCALING / "traces"
     res = run("allreduce-scaling-64gpu", "--format", "json")

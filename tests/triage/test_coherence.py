@@ -17,8 +17,8 @@ import pytest
 from rich.console import Console
 
 from perfkit.analyses.stages import breakdown
-from perfkit.app.console import triage_table
-from perfkit.app.grading import scenario_dirs
+from perfkit.app.cli.console import triage_table
+from perfkit.app.runner.embedded import scenario_dirs
 from perfkit.engine.local import LocalEngine
 from perfkit.sources.bundle import load_bundle
 from perfkit.triage.table import triage_evidence

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.app.embedded import base_specs
-from perfkit.app.grading import read_answer
+from perfkit.app.drills.grading import read_answer
+from perfkit.app.runner.embedded import base_specs
 from perfkit.lab.sim.model import ScenarioSpec
 from perfkit.triage.table import triage_bundle
 

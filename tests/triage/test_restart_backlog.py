@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from perfkit.app.embedded import base_specs
+from perfkit.app.runner.embedded import base_specs
 from perfkit.engine.local import LocalEngine
 from perfkit.lab.sim.variants import write_variant
 from perfkit.sources.bundle import load_bundle

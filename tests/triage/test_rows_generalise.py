@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 
 from perfkit.analyses.release import correlate
-from perfkit.app.embedded import specs
+from perfkit.app.runner.embedded import specs
 from perfkit.core.frames import EVENTS_SCHEMA, Window
 from perfkit.engine.local import LocalEngine
 from perfkit.sources.openmetrics import parse_text

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.app.grading import read_answer, scenario_dirs
+from perfkit.app.drills.grading import read_answer
+from perfkit.app.runner.embedded import scenario_dirs
 from perfkit.triage import thresholds as T
 from perfkit.triage.rows import ROWS
 from perfkit.triage.table import triage_bundle

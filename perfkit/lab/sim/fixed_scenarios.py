@@ -3,8 +3,7 @@
 Each is its incident's spec with the fix applied and the same traffic (same seed, same phases), so
 ``perfkit compare INCIDENT AFTER`` puts the incident window beside the same traffic served by the
 fixed engine. They are healthy controls for triage (answer direction ``none``): nothing may be
-confirmed on them. Registered into :data:`perfkit.lab.sim.scenarios.SCENARIOS` at the end of that
-module; the specs are imported inside the functions, so importing this module first works too.
+confirmed on them. Listed with the incidents they fix in :data:`perfkit.lab.sim.catalog.SCENARIOS`.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from perfkit.lab.sim.model import Release, ScenarioSpec
+from perfkit.lab.sim.scenarios import LLAMA70B_TP4, p95_prefill_interference, release_regression
 
 CHUNKED_FLAGS = "--enable-chunked-prefill --max-num-batched-tokens 2048 --long-prefill-token-threshold 512"
 """The fix the §5.3 answer key names (vLLM's engine arguments, ``vllm/engine/arg_utils.py``)."""
@@ -23,8 +23,6 @@ def p95_prefill_interference_chunked() -> ScenarioSpec:
     docs-assistant tenant's long prompts from 01:50, each prompt prefilled in chunks of at most 512
     tokens a step inside a 2048-token step budget, so running decodes are never stalled for a whole
     26k-token prefill (the seed: "P95 from 3.5 s to 1.2 s, total throughput slightly up")."""
-    from perfkit.lab.sim.scenarios import p95_prefill_interference
-
     before = p95_prefill_interference()
     return replace(
         before,
@@ -61,8 +59,6 @@ def release_regression_rolled_back() -> ScenarioSpec:
     """``release-regression`` with v2.4.0 rolled back to v2.3.1 seven minutes after it went out: the
     decode step returns to its old cost (CUDA graphs captured again), and the window after the
     rollback serves the same traffic at the baseline's token latency. v2.4.1 never ships."""
-    from perfkit.lab.sim.scenarios import LLAMA70B_TP4, release_regression
-
     before = release_regression()
     bad = next(r for r in before.releases if r.version == "v2.4.0")
     restored = {k: float(getattr(LLAMA70B_TP4, k)) for k in bad.engine_changes}

@@ -166,7 +166,7 @@ def queueing_traffic_surge() -> ScenarioSpec:
     )
 
 
-SCENARIOS = {s().id: s for s in (p95_prefill_interference, release_regression, queueing_traffic_surge)}
+INCIDENTS = {s().id: s for s in (p95_prefill_interference, release_regression, queueing_traffic_surge)}
 
 
 # -- the triage library (issue 4): at least two incidents per inference row, confounders, controls --
@@ -519,7 +519,7 @@ def healthy_busy_evening() -> ScenarioSpec:
     )
 
 
-SCENARIOS.update(
+INCIDENTS.update(
     {
         s().id: s
         for s in (
@@ -536,8 +536,3 @@ SCENARIOS.update(
         )
     }
 )
-
-# -- after-fix scenarios (issue 11): the seed's cases with the fix in, for `perfkit compare` ----------
-from perfkit.lab.sim.fixed_scenarios import AFTER_FIX  # noqa: E402  (it imports this module lazily)
-
-SCENARIOS.update(AFTER_FIX)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from perfkit.lab.sim.training_logs import _LauncherLogs
-from perfkit.lab.sim.training_model import Setup, TrainingSpec
+from perfkit.lab.sim.training_model import Proc, Setup, TrainingSpec
 from perfkit.lab.sim.training_physics import (
     GIB,
     H2D_S,
@@ -37,29 +37,6 @@ WARM_STEPS = 7_500  # steps a process running before the scenario has already ma
 
 
 # -- the simulation -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    """One launch of the job: every rank's process from launch to exit."""
-
-    idx: int
-    setup: Setup
-    n: int
-    transport: str
-    t_launch: float  # processes exist from here (loading the checkpoint)
-    t_first: float  # the first step may start
-    t_exit: np.ndarray  # per rank; inf while alive
-    states: float  # bytes of model states + overhead after loading
-    pid0: int
-    first_step: int
-    worker_free: np.ndarray
-    ring: np.ndarray
-    loader_t0: float
-    lr_from: float = 0.0  # the LR the previous launch ran at (a new LR is ramped from it)
-    warm: bool = False  # running since before the scenario
-    batches: int = 0
-    hang: tuple[float, float] | None = None  # a collective that never completes: (start, end)
 
 
 @dataclass

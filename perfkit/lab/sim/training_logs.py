@@ -10,15 +10,12 @@ InfiniBand goes away, which also decides when each rank exits).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from perfkit.lab.sim.training_model import Cluster, ModelShape, Setup, TrainingSpec
+from perfkit.lab.sim.training_model import Cluster, ModelShape, Proc, Setup, TrainingSpec
 from perfkit.lab.sim.training_physics import DDP_BUCKET_BYTES, GIB, MIB, memory_components
-
-if TYPE_CHECKING:
-    from perfkit.lab.sim.training_engine import Proc
 
 #: rank 0's periodic line; a parser can use this regex (groups: step, loss, lr, step_time, data_wait, tps)
 STEP_LINE = (

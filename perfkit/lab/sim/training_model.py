@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 # -- the spec ---------------------------------------------------------------------------------------
 
 
@@ -181,3 +183,26 @@ class TrainingSpec:
 
     def at(self, seconds: float) -> datetime:
         return self.start + timedelta(seconds=seconds)
+
+
+@dataclass
+class Proc:
+    """One launch of the job: every rank's process from launch to exit."""
+
+    idx: int
+    setup: Setup
+    n: int
+    transport: str
+    t_launch: float  # processes exist from here (loading the checkpoint)
+    t_first: float  # the first step may start
+    t_exit: np.ndarray  # per rank; inf while alive
+    states: float  # bytes of model states + overhead after loading
+    pid0: int
+    first_step: int
+    worker_free: np.ndarray
+    ring: np.ndarray
+    loader_t0: float
+    lr_from: float = 0.0  # the LR the previous launch ran at (a new LR is ramped from it)
+    warm: bool = False  # running since before the scenario
+    batches: int = 0
+    hang: tuple[float, float] | None = None  # a collective that never completes: (start, end)

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from perfkit import __version__
-from perfkit.loadgen.result import ResultError
+from perfkit.errors import ResultError
 
 SCHEMA = "perfkit.bench/1"
 METRICS = ("ttft", "tpot", "itl", "e2el")

@@ -1,6 +1,6 @@
 """Check runbooks as committed: kernel python3, a `parameters` cell, outputs stripped.
 
-Run as ``python -m perfkit.app.check_notebooks runbooks``; exits 1 naming each offending file.
+Run as ``python -m perfkit.app.runner.check_notebooks runbooks``; exits 1 naming each offending file.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The supervisor of a live drill (the ``clock`` process of :mod:`perfkit.app.live_drill`).
+"""The supervisor of a live drill (the ``clock`` process of :mod:`perfkit.app.drills.live`).
 
 One small asyncio process, started detached by ``drill start --live`` as ``python -m
-perfkit.app.live_drill supervise FOLDER/.live`` (nothing on its command line names the fault: it reads
+perfkit.app.drills.live supervise FOLDER/.live`` (nothing on its command line names the fault: it reads
 the 0600 state file), that does three things until SIGTERM:
 
 * **the drill clock**: ``GET /metrics`` on its 127.0.0.1 port fetches the simulator's ``/metrics`` and
@@ -48,10 +48,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from perfkit.app.live_drill import (
+from perfkit.app.drills.live_specs import Traffic, request_log
+from perfkit.app.drills.live_state import (
     _VIRTUAL,
     STATE_DIR,
-    SourceError,
     _message,
     _start_load,
     http,
@@ -63,8 +63,7 @@ from perfkit.app.live_drill import (
     write_private,
     write_state,
 )
-from perfkit.app.live_drill_specs import Traffic, request_log
-from perfkit.errors import ConfigError
+from perfkit.errors import ConfigError, SourceError
 
 TICK_S = 0.25
 """How often the log is copied and the fault's time checked: 0.25 wall s is 7.5 virtual s at --speed 30,

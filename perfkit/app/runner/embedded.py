@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfkit.app.grading import scenario_dirs
 from perfkit.core.resources import SCENARIOS
 from perfkit.errors import ConfigError
 
@@ -35,7 +34,7 @@ VARIANT_BUNDLES = {
 def base_specs() -> dict[str, tuple[Callable[[], Any], Callable[..., dict[str, float]]]]:
     """The scenarios as the simulators tell them: name → (spec factory, the simulator's bundle writer)."""
     from perfkit.lab.sim.bundle import generate as gen_inference
-    from perfkit.lab.sim.scenarios import SCENARIOS
+    from perfkit.lab.sim.catalog import SCENARIOS
     from perfkit.lab.sim.training import generate as gen_training
     from perfkit.lab.sim.training_scenarios import TRAINING_SCENARIOS
 
@@ -138,3 +137,8 @@ def replay_source(text: str, option: str = "--replay") -> Path:
         f"{option} {text}: no such request log or bundle folder (nor an embedded incident: demo, "
         f"{', '.join(specs())})"
     )
+
+
+def scenario_dirs(root: Path) -> list[Path]:
+    """The scenario bundles under ``root``: the folders that hold an answer key."""
+    return sorted(p.parent for p in root.glob("*/answer.yaml"))

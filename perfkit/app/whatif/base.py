@@ -1,4 +1,4 @@
-"""The engine a what-if sweep starts from (:mod:`perfkit.app.whatif`): ``--engine-config FILE``, or
+"""The engine a what-if sweep starts from (:mod:`perfkit.app.whatif.replay`): ``--engine-config FILE``, or
 what an incident bundle recorded (``incident.yaml``'s model, GPU, count, price and SLOs; the
 engine's start-up log lines and ``vllm:cache_config_info`` through
 :mod:`perfkit.sources.engine_config`), each field's origin said; the price of a GPU-hour."""

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perfkit.app.run import _fast_nbformat_import, find_runbook, runbook_parameters
+from perfkit.app.runner.run import _fast_nbformat_import, find_runbook, runbook_parameters
 from perfkit.core.secrets import check_parameters
 from perfkit.errors import ConfigError
 from perfkit.lab.servers import free_port

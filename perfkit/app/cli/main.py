@@ -1,5 +1,5 @@
 """The ``perfkit`` command line: run, postmortem, batch, open, triage, generate, lab, drill; bench,
-baseline and gate (their modules: ``loadgen_cli``, ``gate_cli``)."""
+baseline and gate (their modules in this room: ``loadgen``, ``gate``; ``lab`` and ``drill`` too)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfkit import __version__
-from perfkit.app.options import live_options, scope_options, scoped_incident
+from perfkit.app.cli.lab import lab
+from perfkit.app.cli.options import live_options
 from perfkit.errors import PerfkitError, SourceError
 
 if TYPE_CHECKING:
@@ -62,13 +63,13 @@ def _live(live: dict[str, Any]) -> tuple[Incident, LiveEvidence]:
 
 def bundle_path(text: str) -> Path:
     """A ``--bundle`` value: a folder, or the name of an embedded incident (``demo``)."""
-    from perfkit.app.embedded import bundle_path as resolve
+    from perfkit.app.runner.embedded import bundle_path as resolve
 
     return resolve(text)
 
 
 def _params(pairs: tuple[str, ...]) -> dict[str, Any]:
-    from perfkit.app.parameters import parse_parameter
+    from perfkit.app.runner.parameters import parse_parameter
 
     return dict(parse_parameter(p) for p in pairs)
 
@@ -117,7 +118,7 @@ def run(
     Exit 0 when the runbook ran on its evidence (sections without evidence are listed), 1 when a
     cell failed or the evidence source could not be opened, 2 on invalid parameters, 128+N on signal N.
     """
-    from perfkit.app.run import DEMO, Interrupted, execute
+    from perfkit.app.runner.run import DEMO, Interrupted, execute
 
     parameters = _params(params)
     if bundle:  # `demo` is the runbook's own embedded demo, resolved by the run
@@ -183,11 +184,12 @@ def batch(file: str, jobs: int, out: str, force: bool) -> None:
 
     Exit 0 when every incident ran on its evidence, 1 when any failed, 2 when FILE is invalid.
     """
-    from perfkit.app.batch import load_batch, run_batch
+    from perfkit.app.cli.console import make_console
+    from perfkit.app.runner.batch import load_batch, run_batch
 
     items = load_batch(Path(file))
     try:
-        failed = run_batch(items, Path(out), jobs=max(1, min(jobs, 64)), force=force)
+        failed = run_batch(items, Path(out), jobs=max(1, min(jobs, 64)), force=force, console=make_console())
     except KeyboardInterrupt:
         click.echo(
             "perfkit: batch interrupted; partial records were written where runs had started", err=True
@@ -229,8 +231,8 @@ def open_(
     An incident notebook that is already there is re-opened as it is (your notes are kept);
     --fresh starts over and keeps the old one beside it.
     """
-    from perfkit.app.lab_open import open_runbook
-    from perfkit.app.parameters import plain_parameters
+    from perfkit.app.runner.lab_open import open_runbook
+    from perfkit.app.runner.parameters import plain_parameters
     from perfkit.core.secrets import parameter_warnings
 
     parameters = plain_parameters(_params(params), source="-p")
@@ -272,7 +274,7 @@ def triage(bundle: str | None, fmt: str, **live: Any) -> None:
     if fmt == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
         return
-    from perfkit.app.console import triage_table
+    from perfkit.app.cli.console import triage_table
 
     triage_table(result)
 
@@ -295,7 +297,7 @@ def capture(out: str, match: str | None, **live: Any) -> None:
     incident, ev = _live(live)
     from rich.progress import Progress
 
-    from perfkit.app.console import make_console
+    from perfkit.app.cli.console import make_console
 
     with Progress(console=make_console(), transient=True) as progress:
         task = progress.add_task("capturing", total=None)
@@ -324,7 +326,7 @@ def capture(out: str, match: str | None, **live: Any) -> None:
 )
 def generate(names: tuple[str, ...], all_: bool, out: str) -> None:
     """Simulate embedded incident scenarios into bundles (seeded: same input, same bundle)."""
-    from perfkit.app.embedded import specs
+    from perfkit.app.runner.embedded import specs
 
     every = specs()
     chosen = list(every) if all_ else list(names)
@@ -340,129 +342,12 @@ def generate(names: tuple[str, ...], all_: bool, out: str) -> None:
         )
 
 
-@cli.group()
-def lab() -> None:
-    """Local Prometheus/VictoriaMetrics loaded with a bundle, to run runbooks against a live API."""
-
-
-def _lab_dir() -> Path:
-    import os
-
-    return Path(os.environ.get("PERFKIT_LAB_DIR") or Path.home() / ".cache" / "perfkit" / "lab")
-
-
-def lab_parameters(url: str, root: Path, incident) -> dict[str, Any]:
-    """Runbook parameters that reproduce the bundle's findings against the lab server."""
-    window = incident.window.as_dict()
-    params: dict[str, Any] = {
-        "bundle": "",
-        "prometheus_url": url,
-        "start": window["start"],
-        "end": window["end"],
-    }
-    if incident.baseline:
-        params["baseline_start"] = incident.baseline.as_dict()["start"]
-        params["baseline_end"] = incident.baseline.as_dict()["end"]
-    params["service"] = incident.service
-    if (root / "events.csv").exists():
-        params["deploys"] = str(root / "events.csv")
-    if (root / "logs").is_dir():
-        params["logs"] = str(root / "logs")
-    for key in ("ttft_p95_s", "tpot_p95_s", "itl_p95_s", "e2e_p99_s"):
-        if key in incident.slo:
-            params[f"slo_{key}"] = incident.slo[key]
-    if incident.hardware.usd_per_gpu_hour:
-        params["gpu_count"] = incident.hardware.count
-        params["usd_per_gpu_hour"] = incident.hardware.usd_per_gpu_hour
-    for key in ("scope", "hosts"):
-        if getattr(incident, key):
-            params[key] = getattr(incident, key)
-    return params
-
-
-def _lab_start(engine: str, root: Path, name: str, *, port: int = 0):
-    """Start a lab server for ``root`` under the lab folder ``name`` and record its PID there."""
-    from perfkit.lab.servers import start
-
-    workdir = _lab_dir() / name
-    if (workdir / "state.json").exists():
-        raise click.ClickException(f"{name} is already up (perfkit lab down {name})")
-    import shutil
-
-    shutil.rmtree(workdir, ignore_errors=True)
-    server = start(engine, root, workdir, port=port, detach=True)
-    (workdir / "state.json").write_text(json.dumps(server.as_dict(), indent=1))
-    return server, workdir
-
-
-@lab.command("up")
-@click.argument("bundle")
-@click.option(
-    "--engine", type=click.Choice(["prometheus", "victoriametrics"]), default="prometheus", show_default=True
-)
-@click.option("--port", default=0, help="port on 127.0.0.1 (default: a free one)")
-@scope_options
-def lab_up(bundle: str, engine: str, port: int, scope: str, hosts: str) -> None:
-    """Start ENGINE on 127.0.0.1 with BUNDLE loaded; print the URL to paste into a runbook.
-
-    The server holds every workload of the bundle, as a fleet's Prometheus does; --scope goes into
-    the parameters printed, so the runbook judges the affected one."""
-    from perfkit.sources.incident_file import read_incident
-
-    root = bundle_path(bundle)
-    incident = scoped_incident(read_incident(root / "incident.yaml"), scope, hosts)
-    name = f"{engine}-{root.name}"
-    server, workdir = _lab_start(engine, root, name, port=port)
-    click.echo(f"{engine} is up: {server.url}  (pid {server.pid}, data {workdir})")
-    click.echo(
-        "paste into the runbook's parameters (deploys and logs stand in for your deploy system and log store):"
-    )
-    for key, value in lab_parameters(server.url, root, incident).items():
-        click.echo(f"  {key} = {json.dumps(value)}")
-    click.echo(f"stop it with: perfkit lab down {name}")
-
-
-@lab.command("down")
-@click.argument("names", nargs=-1)
-def lab_down(names: tuple[str, ...]) -> None:
-    """Stop lab servers by the PID recorded when they started (all of them without NAMES)."""
-    from perfkit.lab.servers import LabServer, NotOurProcess
-
-    root = _lab_dir()
-    states = sorted(root.glob("*/state.json")) if root.exists() else []
-    if names:
-        states = [s for s in states if s.parent.name in names]
-        unknown = set(names) - {s.parent.name for s in states}
-        if unknown:
-            raise click.ClickException(f"no lab server named {', '.join(sorted(unknown))}")
-    if not states:
-        click.echo("no lab server is up")
-        return
-    for state in states:
-        try:
-            server = LabServer(**json.loads(state.read_text()))
-        except (ValueError, TypeError) as exc:
-            click.echo(
-                f"{state.parent.name}: unreadable state ({type(exc).__name__}); removed, nothing signalled"
-            )
-            state.unlink()
-            continue
-        try:
-            was_running = server.stop()
-        except NotOurProcess as err:
-            click.echo(f"{state.parent.name}: {err}; removed its stale state")
-        else:
-            click.echo(
-                f"stopped {state.parent.name} (pid {server.pid})"
-                if was_running
-                else f"{state.parent.name} was not running (pid {server.pid}); removed its state"
-            )
-        state.unlink()  # in every case: our server cannot be running under that PID any more
+cli.add_command(lab)
 
 
 def _attach_drill() -> None:
-    """``perfkit drill list/start/check``: their commands live in :mod:`perfkit.app.drill_cli`."""
-    from perfkit.app.drill_cli import drill
+    """``perfkit drill list/start/check``: their commands live in :mod:`perfkit.app.cli.drill`."""
+    from perfkit.app.cli.drill import drill
 
     cli.add_command(drill)
 
@@ -472,13 +357,13 @@ _attach_drill()
 
 def _attach() -> None:
     """Commands that live in their own modules: load tests, baselines and the gate, the lab server."""
-    from perfkit.app.compare_cli import compare
-    from perfkit.app.gate_cli import baseline, gate
-    from perfkit.app.loadgen_cli import bench
-    from perfkit.app.scaling_cli import scaling_cmd
-    from perfkit.app.serve_cli import serve
-    from perfkit.app.trace_cli import trace
-    from perfkit.app.whatif_cli import whatif
+    from perfkit.app.cli.compare import compare
+    from perfkit.app.cli.gate import baseline, gate
+    from perfkit.app.cli.loadgen import bench
+    from perfkit.app.cli.scaling import scaling_cmd
+    from perfkit.app.cli.serve import serve
+    from perfkit.app.cli.trace import trace
+    from perfkit.app.cli.whatif import whatif
 
     cli.add_command(bench)
     cli.add_command(baseline)

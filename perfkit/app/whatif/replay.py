@@ -5,7 +5,7 @@ TTFT/TPOT p50/p95, output throughput, goodput under the SLOs and the cost of a m
 * **Traffic**: a request log (:func:`perfkit.loadgen.shapes.replay_log`) or an incident bundle's
   traffic (:func:`~perfkit.loadgen.shapes.replay_bundle`, seeded), cut to its first ``minutes``.
 * **Base configuration**: ``--engine-config FILE``, else what the bundle recorded
-  (:func:`perfkit.app.whatif_base.config_from_bundle`: ``incident.yaml``'s model, GPU, count, price and SLOs; the engine's
+  (:func:`perfkit.app.whatif.base.config_from_bundle`: ``incident.yaml``'s model, GPU, count, price and SLOs; the engine's
   start-up log lines and ``vllm:cache_config_info`` through :mod:`perfkit.sources.engine_config`),
   each field's origin said; the rest are :class:`~perfkit.lab.servesim.config.SimConfig`'s defaults.
 * **Grid**: the cartesian product of ``--set key=v1,v2`` over
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from perfkit.app.whatif_base import bundle_extras, config_from_bundle, config_from_file, gpu_price
+from perfkit.app.whatif.base import bundle_extras, config_from_bundle, config_from_file, gpu_price
 from perfkit.errors import ConfigError
 
 MAX_CONFIGS = 64
@@ -190,7 +190,7 @@ def run_whatif(
         raise ConfigError(f"--time-scale: expected (0, {MAX_TIME_SCALE:g}], got {time_scale!r}")
     grid = parse_sets(sets)
     slo_ms = parse_slo(slo)
-    from perfkit.app.embedded import replay_source
+    from perfkit.app.runner.embedded import replay_source
 
     replay = str(replay_source(str(replay)))
     is_bundle = Path(replay).is_dir()

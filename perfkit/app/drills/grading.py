@@ -125,7 +125,3 @@ def row_cuts(result: Any) -> list[dict[str, Any]] | None:
                     }
                 )
     return out if reported else None
-
-
-def scenario_dirs(root: Path) -> list[Path]:
-    return sorted(p.parent for p in root.glob("*/answer.yaml"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from perfkit.app.runner.loadtest import (
+    build_plan,
+    calibration_against_lab,
+    sweep_rates_option,
+)
 from perfkit.errors import ConfigError
 
-DEFAULT_REQUESTS = 200
 MAX_SEED = 2**63 - 1
 MAX_PROMPT_TOKENS = 2**20  # perfkit.loadgen.shapes.MAX_PROMPT_TOKENS (not imported: numpy at startup)
 MAX_OUTPUT_TOKENS = 2**18  # perfkit.loadgen.shapes.MAX_OUTPUT_TOKENS
@@ -69,54 +72,6 @@ def _slo(pairs: tuple[str, ...]) -> dict[str, float]:
             )
         out[key] = ms
     return out
-
-
-def build_plan(
-    *,
-    concurrency: int | None,
-    rate: float | None,
-    burst: bool,
-    arrival: str,
-    burstiness: float,
-    num_requests: int | None,
-    prompt_tokens: int,
-    output_tokens: int,
-    replay: str | None,
-    time_scale: float,
-    duration: float | None,
-    seed: int,
-):
-    """The plan the options describe (:mod:`perfkit.loadgen.shapes`)."""
-    from perfkit.loadgen import shapes
-
-    n = num_requests or DEFAULT_REQUESTS  # a replay without a count: the whole trace
-    if replay:
-        from perfkit.app.embedded import replay_source
-
-        path = replay_source(replay)
-        if path.is_dir():
-            plan = shapes.replay_bundle(path, time_scale=time_scale, seed=seed, max_requests=num_requests)
-        else:
-            plan = shapes.replay_log(path, time_scale=time_scale, max_requests=num_requests)
-    elif burst:
-        plan = shapes.burst_plan(n, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
-    elif rate is not None:
-        plan = shapes.rate_plan(
-            n,
-            rate,
-            seed,
-            arrival=arrival,
-            burstiness=burstiness,
-            prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens,
-        )
-    elif concurrency is not None:
-        plan = shapes.concurrency_plan(n, prompt_tokens, output_tokens, concurrency)
-    else:
-        raise ConfigError("give the load: --concurrency N, --rate R, --burst, or --replay FILE|BUNDLE")
-    if duration:
-        plan = shapes.with_duration(plan, duration)
-    return plan
 
 
 class ProgressLine:
@@ -212,18 +167,6 @@ def print_result(doc: dict[str, Any], out: Path, console: Console | None = None)
     console.print(
         f"result: {out}  records: {out.with_name(doc['records'])}" if doc.get("records") else f"result: {out}"
     )
-
-
-def sweep_rates_option(text: str, steps: int) -> list[float]:
-    """``--sweep LOW:HIGH`` with ``--sweep-steps`` as the rates to run."""
-    from perfkit.loadgen.sweep import sweep_rates
-
-    low, sep, high = text.partition(":")
-    try:
-        return sweep_rates(float(low), float(high), steps) if sep else []
-    except ValueError:
-        pass
-    raise ConfigError(f"--sweep {text[:40]!r}: expected LOW:HIGH in requests per second, e.g. 1:32")
 
 
 def print_sweep(sweep: dict[str, Any], out: Path, console: Console | None = None) -> None:
@@ -547,17 +490,3 @@ def exit_status(doc: dict[str, Any]) -> int:
         click.echo(f"perfkit: the run is INVALID: {why}", err=True)
         return EXIT_INVALID
     return 0
-
-
-def calibration_against_lab(opts, cancel=None) -> dict[str, Any]:
-    """The client's overhead at ``opts``' load, against a `perfkit lab serve` started for it."""
-    from perfkit.lab.serve import serving
-    from perfkit.loadgen.bench import CALIBRATION_TRUTH, calibrate
-
-    with (
-        tempfile.TemporaryDirectory(prefix="perfkit-calibration-") as tmp,
-        serving(
-            ttft_ms=CALIBRATION_TRUTH["ttft_ms"], itl_ms=CALIBRATION_TRUTH["itl_ms"], model="perfkit-lab"
-        ) as url,
-    ):
-        return calibrate(opts, url, Path(tmp), cancel)

@@ -161,17 +161,17 @@ def render_table(report: dict[str, Any], console: Console | None = None) -> None
 
 def resolve_trace_path(text: str) -> Path:
     """PATH as given when it exists (a bundle folder: its ``traces/``); else the name of an embedded
-    incident, resolved by :func:`perfkit.app.runbook.resolve_bundle` (what ``perfkit scaling``
+    incident, resolved by :func:`perfkit.app.runbooks.context.resolve_bundle` (what ``perfkit scaling``
     opens bundles with), to its ``traces/``."""
     p = Path(os.path.expanduser(text))
     if not os.path.lexists(p):
-        from perfkit.app.runbook import resolve_bundle
+        from perfkit.app.runbooks.context import resolve_bundle
 
         found = resolve_bundle(text)
         if not found.is_dir():
             if len(p.parts) > 1 or p.suffix:
                 raise ConfigError(f"{text}: no such trace file or folder")
-            from perfkit.app.embedded import specs
+            from perfkit.app.runner.embedded import specs
 
             raise ConfigError(
                 f"{text}: no such trace file or folder, nor an embedded incident (demo, {', '.join(specs())})"

@@ -1,13 +1,13 @@
 """``perfkit baseline add|list|show`` and ``perfkit gate``: keep bench results, and judge a new one.
 
 The integrator attaches :data:`baseline` and :data:`gate` to the top-level group in ``cli.py``,
-whose :class:`~perfkit.app.cli.Cli` turns a :class:`~perfkit.errors.PerfkitError` into one line on
+whose :class:`~perfkit.app.cli.main.Cli` turns a :class:`~perfkit.errors.PerfkitError` into one line on
 stderr and exit status 2. Exit codes mean one thing (issue 22): 0 pass, 1 a regression, 2 could
 not judge (bad input, no comparable baseline, an invalid or empty run, nothing judged, and any
 unexpected error: :func:`never_one` turns a crash into one line and exit 2, never 1). ``gate``
 writes its verdict as JSON with ``-o``/``--out`` in every one of those cases, saying why. Text from
 stored results (labels, ``meta.started``, a model name) is printed without control characters
-(:func:`perfkit.app.console.terminal_text`): a stored file cannot drive the terminal.
+(:func:`perfkit.app.cli.console.terminal_text`): a stored file cannot drive the terminal.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfkit.app.console import terminal_text
+from perfkit.app.cli.console import terminal_text
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.loadgen import gate as gating
 from perfkit.loadgen import store as stores

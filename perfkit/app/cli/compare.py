@@ -24,8 +24,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from perfkit.analyses.compare import BY_KEY, Comparison, Side, judge
-from perfkit.app.console import terminal_text
-from perfkit.app.gate_cli import never_one
+from perfkit.app.cli.console import terminal_text
+from perfkit.app.cli.gate import never_one
 from perfkit.core.incident import window_arg
 from perfkit.errors import ConfigError, PerfkitError, SourceError
 
@@ -41,7 +41,7 @@ MAX_ARG = 4096
 
 
 def _live_options(fn: Any) -> Any:
-    """The live source's options, named as the runbook parameters they stand for (``perfkit.app.options``)."""
+    """The live source's options, named as the runbook parameters they stand for (``perfkit.app.cli.options``)."""
     opts = [
         click.option("--prometheus", "prometheus_url", default="", help="Prometheus-compatible API base URL"),
         click.option("--token-env", "prometheus_token_env", default="", help="name of the env var holding the bearer token"),
@@ -132,7 +132,7 @@ def compare(ctx: click.Context, /, before: str | None, after: str | None, before
 
 def _open(bundle: str, **params: Any) -> Any:
     """A runbook context on a bundle or live source; its error (already redacted) raised."""
-    from perfkit.app.runbook import open_incident
+    from perfkit.app.runbooks.context import open_incident
 
     opened = open_incident(bundle, **params)
     if opened.error or opened.incident is None:
@@ -166,7 +166,7 @@ def _live_sides(windows: dict[str, Window | None], live: dict[str, Any]) -> tupl
 def _kind(text: str) -> tuple[str, Path]:
     if Path(text).expanduser().is_file():
         return "bench", Path(text).expanduser()
-    from perfkit.app.embedded import bundle_path
+    from perfkit.app.runner.embedded import bundle_path
 
     try:
         return "bundle", bundle_path(text)

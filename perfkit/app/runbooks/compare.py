@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfkit.app.runbook import Context, open_incident, section
+from perfkit.app.runbooks.context import Context, open_incident, section
 from perfkit.errors import ConfigError
 from perfkit.report.compare_view import TITLE, compare_section, skipped_section
 

@@ -8,7 +8,7 @@ The batch file is a YAML list::
       parameters: {start: "2026-11-18T13:50:00Z"}
 
 The file is hostile input: loaded safely with alias expansion capped (:mod:`perfkit.sources.safeyaml`),
-parameters must be plain data (:mod:`perfkit.app.parameters`, refused with the file and line), and a
+parameters must be plain data (:mod:`perfkit.app.runner.parameters`, refused with the file and line), and a
 name is one safe path component, so every record lands inside OUT.
 """
 
@@ -17,14 +17,18 @@ from __future__ import annotations
 import multiprocessing
 import re
 import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from perfkit.errors import ConfigError, PerfkitError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: One path component: starts with a letter or digit, no separators, no "..", at most 100 characters.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -90,7 +94,7 @@ def _line(node: Any, path: tuple[Any, ...]) -> int | None:
 
 
 def load_batch(path: Path) -> list[BatchItem]:
-    from perfkit.app.parameters import plain_parameters
+    from perfkit.app.runner.parameters import plain_parameters
     from perfkit.sources.safeyaml import load_yaml
 
     data = load_yaml(path)
@@ -143,7 +147,7 @@ def load_batch(path: Path) -> list[BatchItem]:
 
 
 def _run_one(item: BatchItem, out: Path, force: bool) -> BatchRow:
-    from perfkit.app.run import Interrupted, execute
+    from perfkit.app.runner.run import Interrupted, execute
 
     params = dict(item.parameters)
     if item.bundle:
@@ -163,23 +167,27 @@ def _run_one(item: BatchItem, out: Path, force: bool) -> BatchRow:
     )
 
 
-def run_batch(items: list[BatchItem], out: Path, *, jobs: int = 1, force: bool = False) -> list[str]:
+def run_batch(
+    items: list[BatchItem], out: Path, *, jobs: int = 1, force: bool = False, console: Console | None = None
+) -> list[str]:
     """Run every item; print a progress bar and a summary table. Returns the names that failed.
 
     Every item's folder is checked before any runs (so a batch does not stop half-way on a folder
     it may not write). SIGTERM is passed on to the workers, which write their partial records.
+    ``console``: where to print (the command line passes :func:`perfkit.app.cli.console.make_console`'s;
+    by default one as wide when not a terminal, so IDs and paths are never folded).
     """
+    from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
     from rich.text import Text
 
-    from perfkit.app.console import make_console
-    from perfkit.app.records import check_target
-    from perfkit.app.run import RUNBOOKS
+    from perfkit.app.runner.records import check_target
+    from perfkit.app.runner.run import RUNBOOKS
 
     for item in items:
         check_target(out / item.name, force=force, protected=[RUNBOOKS])
-    console = make_console()
+    console = console or Console(width=None if sys.stdout.isatty() else 200)  # as make_console's
     results: dict[str, BatchRow] = {}
     interrupted = False
     with Progress(console=console) as progress:

@@ -1,5 +1,5 @@
-"""``perfkit drill``: game-day drills by neutral id (:mod:`perfkit.app.drills`), attached to the
-command line in :mod:`perfkit.app.cli`. What a trainee sees before grading names neither the
+"""``perfkit drill``: game-day drills by neutral id (:mod:`perfkit.app.drills.recorded`), attached to the
+command line in :mod:`perfkit.app.cli.main`. What a trainee sees before grading names neither the
 scenario nor the direction; ``drill list --answers`` is the instructor's view."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from perfkit.app.options import scope_options, scoped_incident
+from perfkit.app.cli.options import scope_options, scoped_incident
 
 
 @click.group()
@@ -26,9 +26,9 @@ def drill_list(answers: bool, live_only: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from perfkit.app import drills as d
-    from perfkit.app.console import make_console
-    from perfkit.app.live_drill_specs import SPECS
+    from perfkit.app.cli.console import make_console
+    from perfkit.app.drills import recorded as d
+    from perfkit.app.drills.live_specs import SPECS
 
     if not answers:
         table = Table(title="perfkit drills" + (" that run live" if live_only else ""))
@@ -105,7 +105,7 @@ def drill_start(
     """Set up an incident folder for DRILL (drill-07): the evidence, naming neither the cause nor the
     scenario, and a parameterized runbook. With --live the incident unfolds on the simulator: work it
     on the live Prometheus, then perfkit drill fix / status / stop."""
-    from perfkit.app.drills import prepare, write_runbook
+    from perfkit.app.drills.recorded import prepare, write_runbook
     from perfkit.core.scope import parse_scope
 
     if live and recorded:
@@ -127,11 +127,11 @@ def drill_start(
         click.echo(f"  left out (binary files naming the answer): {', '.join(prepared.dropped)}")
     params = None
     if recorded:
-        from perfkit.app.cli import _lab_start, lab_parameters
+        from perfkit.app.cli.lab import lab_parameters, lab_start
         from perfkit.sources.incident_file import read_incident
 
         lab_name = f"prometheus-{label}" if label.startswith("drill-") else f"prometheus-drill-{label}"
-        server, _ = _lab_start("prometheus", bundle, lab_name)
+        server, _ = lab_start("prometheus", bundle, lab_name)
         given = {k: v for k, v in prepared.params.items() if k in ("scope", "hosts")}
         incident = scoped_incident(
             read_incident(bundle / "incident.yaml"), given.get("scope", ""), given.get("hosts", "")
@@ -144,13 +144,13 @@ def drill_start(
     where = f" -o {prepared.folder}" if out else ""
     click.echo(f"then: perfkit drill check {label}{where} --answer DIRECTION [--version V]")
     if start_lab:
-        from perfkit.app.lab_open import open_runbook
+        from perfkit.app.runner.lab_open import open_runbook
 
         open_runbook(str(runbook), prepared.folder, {}, start_lab=True)
 
 
 def _start_live(name: str, out: str | None, speed: float | None, seed: int | None, start_lab: bool) -> None:
-    from perfkit.app import live_drill as L
+    from perfkit.app.drills import live as L
 
     started = L.start(name, Path(out) if out else None, speed=speed or L.DEFAULT_SPEED, seed=seed)
     st, p = started.state, started.params
@@ -185,7 +185,7 @@ def _start_live(name: str, out: str | None, speed: float | None, seed: int | Non
         f"perfkit drill fix {started.label}{where} --set KEY=VALUE | --remedy NAME; perfkit drill stop {started.label}{where}"
     )
     if start_lab:
-        from perfkit.app.lab_open import open_runbook
+        from perfkit.app.runner.lab_open import open_runbook
 
         open_runbook(str(started.runbook), started.folder, {}, start_lab=True)
 
@@ -227,7 +227,7 @@ def _folder(name: str, out: str | None) -> Path:
     """A live drill's folder: ``-o``, else the default folder of the drill as typed."""
     if out:
         return Path(out)
-    from perfkit.app.drills import DEFAULT_FOLDER, resolve
+    from perfkit.app.drills.recorded import DEFAULT_FOLDER, resolve
 
     return DEFAULT_FOLDER / resolve(name)[1]
 
@@ -258,7 +258,7 @@ _OUT = click.option(
 def drill_fix(name: str, out: str | None, sets: tuple[str, ...], remedies: tuple[str, ...]) -> None:
     """Apply a fix to a live drill's engine now (e.g. --set enable_chunked_prefill=true), recorded on
     the drill clock; prints the before/after comparison to run once the after window has passed."""
-    from perfkit.app import live_drill as L
+    from perfkit.app.drills import live as L
     from perfkit.errors import ConfigError
 
     changes: dict[str, str] = {}
@@ -287,7 +287,7 @@ def drill_status(name: str, out: str | None) -> None:
     """What runs, the drill clock, the windows, and whether the fault is still due or has happened."""
     import time
 
-    from perfkit.app import live_drill as L
+    from perfkit.app.drills import live as L
 
     folder = _folder(name, out)
     got = L.status(folder)
@@ -345,7 +345,7 @@ def drill_status(name: str, out: str | None) -> None:
 @_OUT
 def drill_stop(name: str, out: str | None) -> None:
     """Stop a live drill's processes by PID; its folder (runbook, logs, Prometheus data) stays."""
-    from perfkit.app import live_drill as L
+    from perfkit.app.drills import live as L
 
     lines, malformed = L.stop(_folder(name, out))
     for line in lines:
@@ -366,7 +366,7 @@ def drill_stop(name: str, out: str | None) -> None:
 @_OUT
 def drill_check(name: str, direction: str, version: str | None, out: str | None) -> None:
     """Grade a trainee's conclusion, then say which incident it was, the evidence to look for and the fix."""
-    from perfkit.app.drills import check
+    from perfkit.app.drills.recorded import check
 
     grade = check(name, direction, version, live_params=_live_params(name, out))
     a, f = grade.answer, grade.found
@@ -404,11 +404,12 @@ def drill_check(name: str, direction: str, version: str | None, out: str | None)
 
 def _live_params(name: str, out: str | None) -> dict[str, Any] | None:
     """A live drill's runbook parameters (its live Prometheus and windows), None for other drills."""
-    from perfkit.app import live_drill as L
+    from perfkit.app.drills import live as L
+    from perfkit.app.drills.live_state import state_path
     from perfkit.errors import ConfigError
 
     folder = _folder(name, out)
-    if not L.state_path(folder).is_file():
+    if not state_path(folder).is_file():
         return None
     try:
         params = L.read_state(folder).get("params")
@@ -419,11 +420,12 @@ def _live_params(name: str, out: str | None) -> dict[str, Any] | None:
 
 def _live_facts(name: str, out: str | None) -> None:
     """After grading, for a live drill: what the simulator was made to do, and when."""
-    from perfkit.app import live_drill as L
+    from perfkit.app.drills import live as L
+    from perfkit.app.drills.live_state import state_path
     from perfkit.errors import ConfigError
 
     folder = _folder(name, out)
-    if not L.state_path(folder).is_file():
+    if not state_path(folder).is_file():
         return
     try:
         st = L.read_state(folder)

@@ -1,16 +1,16 @@
 """The training runbook's sections beyond the step gauges: profiler traces, efficiency (MFU),
 memory, scaling, training cost, and the training postmortem. Called from the notebook as::
 
-    import perfkit.app.runbook_training as rbt
+    import perfkit.app.runbooks.training as rbt
     rbt.trace(ctx); rbt.efficiency(ctx); rbt.memory(ctx); rbt.scaling(ctx); rbt.training_cost(ctx)
     rbt.findings(ctx)     # the postmortem in the job's terms (not rb.findings: that one is a server's)
 
 Wiring only: traces are read and analysed by :mod:`perfkit.traces`, scaling by
-:mod:`perfkit.analyses.scaling` (through :func:`perfkit.app.scaling_cli.scaling_for`), MFU by
+:mod:`perfkit.analyses.scaling` (through :func:`perfkit.app.runbooks.scaling.scaling_for`), MFU by
 :mod:`perfkit.analyses.mfu`, memory by :mod:`perfkit.analyses.memory`; they look as
 :mod:`perfkit.report.training_view` and :mod:`perfkit.report.trace_figures` draw them. Every
 section says plainly what it lacks (no traces, no model description, one phase only) and never
-raises (:func:`perfkit.app.runbook.section`).
+raises (:func:`perfkit.app.runbooks.context.section`).
 
 The runbook parameters it reads (kept in ``ctx.params``; 0 or "" means: from the evidence)::
 
@@ -35,7 +35,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from perfkit.app.runbook import Context, section
+from perfkit.app.runbooks.context import Context, section
 from perfkit.errors import ConfigError
 from perfkit.report import training_view as view
 from perfkit.report.sections import Section
@@ -116,8 +116,8 @@ def _hardware(ctx: Context) -> tuple[Any, Any, str]:
 
 
 def _scaling(ctx: Context) -> tuple[Any, dict[str, str | None]]:
-    """The baseline window against the incident window (:func:`perfkit.app.scaling_cli.scaling_for`)."""
-    from perfkit.app.scaling_cli import scaling_for
+    """The baseline window against the incident window (:func:`perfkit.app.runbooks.scaling.scaling_for`)."""
+    from perfkit.app.runbooks.scaling import scaling_for
 
     return ctx.need(
         "scaling",

@@ -132,7 +132,7 @@ def check_run_parameters(
     ``require_evidence`` no evidence at all: see :func:`missing_evidence`) or SecretLeak (a secret
     passed by value, a password in a URL, a token where a variable name belongs).
     """
-    from perfkit.app.parameters import plain_parameters
+    from perfkit.app.runner.parameters import plain_parameters
     from perfkit.core.incident import make_window
 
     params = plain_parameters(parameters, source=source)
@@ -157,7 +157,7 @@ def check_run_parameters(
             f"unknown runbook parameter(s) {', '.join(unknown)} for {path.stem}: known are {', '.join(known)}"
         )
     if params.get("bundle"):  # a folder, or an embedded incident's name (simulated on first use)
-        from perfkit.app.embedded import bundle_path
+        from perfkit.app.runner.embedded import bundle_path
 
         params["bundle"] = str(bundle_path(str(params["bundle"])))
     for key in ("start", "end", "baseline_start", "baseline_end"):
@@ -197,13 +197,13 @@ def execute(
     """Run ``runbook`` and write ``out_dir/<runbook>.ipynb`` and its postmortem, scrubbed of secrets.
 
     Raises ConfigError / SecretLeak before anything runs (see :func:`check_run_parameters`, and
-    :func:`perfkit.app.records.check_target` for the output folder). The kernel is private to this run
+    :func:`perfkit.app.runner.records.check_target` for the output folder). The kernel is private to this run
     (its own connection file and sockets in a 0700 temporary folder, removed afterwards), so runs
     in parallel never meet. Everything is written to a private staging folder, scrubbed, then moved
     into place: a failed run never replaces a good record. SIGINT/SIGTERM interrupt the kernel, then
     the partial record is scrubbed and written and :class:`Interrupted` is raised.
     """
-    from perfkit.app import records
+    from perfkit.app.runner import records
 
     t0 = time.perf_counter()
     path = find_runbook(runbook)

@@ -6,7 +6,7 @@ against ``url``; with neither, a demo against ``perfkit lab serve``), the store'
 sweep, and judges the result with the gate. The sections only show what it found and never
 raise: a problem becomes a section that says what is missing::
 
-    import perfkit.app.baseline_runbook as br
+    import perfkit.app.runbooks.baseline as br
     cap = br.open_capture(result="bench.json", store="baselines/")
     br.result(cap); br.curve(cap); br.history(cap); br.verdict(cap); br.findings(cap)
 """
@@ -236,7 +236,7 @@ def _capture(cap: Capture, work: Path) -> None:
 
 def _run(cap: Capture, work: Path, store_dir: str, given: dict[str, str]) -> Path:
     """Run the bench (the demo: its history and sweep too); returns the new result's path."""
-    from perfkit.app.loadgen_cli import build_plan, calibration_against_lab, sweep_rates_option
+    from perfkit.app.runner.loadtest import build_plan, calibration_against_lab, sweep_rates_option
     from perfkit.lab.serve import serving
     from perfkit.loadgen import store
     from perfkit.loadgen.bench import BenchOptions, check_url, run_bench, run_sweep

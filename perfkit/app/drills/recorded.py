@@ -1,8 +1,8 @@
 """Drills for new SREs: embedded incidents served as if live, graded against their answer keys.
 
-A trainee sees a neutral id (``drill-07``, :mod:`perfkit.app.drill_ids`), the brief and the
+A trainee sees a neutral id (``drill-07``, :mod:`perfkit.app.drills.ids`), the brief and the
 difficulty; the evidence folder, the incident id and the runbook name neither the scenario nor a
-direction (:mod:`perfkit.app.drill_evidence`) until :func:`check` has graded an answer. The
+direction (:mod:`perfkit.app.drills.evidence`) until :func:`check` has graded an answer. The
 instructor's view, :func:`answers`, keeps the names.
 
 A scenario's own name is accepted wherever an id is (``drill start kv-prefix-cache-thrash``): who
@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfkit.app.drill_ids import REGISTRY, assign, number_of
-from perfkit.app.grading import read_answer, scenario_dirs
+from perfkit.app.drills.grading import read_answer
+from perfkit.app.drills.ids import REGISTRY, assign, number_of
+from perfkit.app.runner.embedded import scenario_dirs
 from perfkit.core.resources import SCENARIOS
 from perfkit.errors import ConfigError
 from perfkit.triage.rows import ROWS
@@ -48,7 +49,7 @@ class Drill:
     difficulty: str
     brief: str
     path: Path
-    id: str = ""  # drill-07 (perfkit.app.drill_ids)
+    id: str = ""  # drill-07 (perfkit.app.drills.ids)
 
 
 def drills(root: Path = SCENARIOS) -> list[Drill]:
@@ -64,7 +65,7 @@ def drills(root: Path = SCENARIOS) -> list[Drill]:
                 Drill(folder.name, str(a.get("difficulty", "medium")), str(a.get("brief", "")), folder)
             )
     elif root == SCENARIOS:
-        from perfkit.app.embedded import cache_root, specs
+        from perfkit.app.runner.embedded import cache_root, specs
 
         for name, (spec, _) in specs().items():
             s = spec()
@@ -84,7 +85,7 @@ def resolve(text: str, root: Path = SCENARIOS) -> tuple[Drill, str]:
         if (number is not None and number_of(d.id) == number) or d.name == text.strip():
             label = d.id if number is not None else d.name
             if not (d.path / "answer.yaml").is_file():
-                from perfkit.app.embedded import embedded_bundle
+                from perfkit.app.runner.embedded import embedded_bundle
 
                 d.path = embedded_bundle(d.name)
             return d, label
@@ -100,7 +101,7 @@ def answer_of(drill: Drill) -> dict[str, Any]:
     the embedded spec's (what the simulator writes into answer.yaml)."""
     if (drill.path / "answer.yaml").is_file():
         return read_answer(drill.path)
-    from perfkit.app.embedded import specs
+    from perfkit.app.runner.embedded import specs
 
     spec = specs()[drill.name][0]()
     return {"scenario": drill.name, "difficulty": spec.difficulty, "brief": spec.brief, **spec.answer}
@@ -136,7 +137,7 @@ def prepare(
     ``evidence/``: without its answer key, and with nothing that names the scenario or a
     direction. ``scope``: the ``scope``/``hosts`` runbook parameters; by default the scope a fleet
     drill's answer key names (the workload the page was about, not the answer)."""
-    from perfkit.app.drill_evidence import Leaks, copy_neutral
+    from perfkit.app.drills.evidence import Leaks, copy_neutral
 
     drill, label = resolve(name, root)
     folder = out if out is not None else DEFAULT_FOLDER / label
@@ -162,9 +163,9 @@ def prepare(
 def write_runbook(prepared: Prepared, params: dict[str, Any] | None = None) -> Path:
     """``<folder>/<runbook>.ipynb``, parameterized with ``params`` (default: the bundle's), from a
     copy of the runbook whose cells name no scenario. Returns its path."""
-    from perfkit.app.drill_evidence import Leaks, neutral_runbook
-    from perfkit.app.lab_open import write_parameterized
-    from perfkit.app.run import find_runbook
+    from perfkit.app.drills.evidence import Leaks, neutral_runbook
+    from perfkit.app.runner.lab_open import write_parameterized
+    from perfkit.app.runner.run import find_runbook
 
     leaks = Leaks.of(prepared.scenarios, TABLE_IDS, prepared.label)
     with tempfile.TemporaryDirectory(prefix="perfkit-drill-") as tmp:
@@ -184,29 +185,6 @@ def start(
     return prepared.bundle, write_runbook(prepared)
 
 
-def not_live(folder: Path) -> str:
-    """Why ``folder`` has no live drill: none at all, or a drill started without ``--live`` (its
-    label read back from the incident id, ``INC-<date>-<label>``)."""
-    import re
-
-    from perfkit.sources.safeyaml import YamlError, load_yaml
-
-    try:
-        data = load_yaml(folder / "evidence" / "incident.yaml")
-    except (OSError, YamlError):
-        return f"{folder}: no live drill here (perfkit drill start DRILL --live)"
-    m = re.fullmatch(
-        r"INC-\d{8}-([A-Za-z0-9_-]{1,80})", str(data.get("id", "")) if isinstance(data, dict) else ""
-    )
-    label = m.group(1) if m else "DRILL"
-    return (
-        f"{folder}: a drill started without --live (its recorded evidence; no simulator runs): drill "
-        f"fix, status and stop are for live drills. Work it with the runbook in the folder, grade it "
-        f"with perfkit drill check {label} -o {folder} --answer DIRECTION; a --recorded drill's "
-        f"Prometheus stops with perfkit lab down prometheus-{label}"
-    )
-
-
 def runbook_for(bundle: Path) -> str:
     """training_step for a training job's bundle (its loop exports train_*), else inference_latency."""
     for om in sorted((bundle / "metrics").glob("*.om")):
@@ -223,8 +201,8 @@ def live_runbook(
     and runbook, parameterized for its live Prometheus; the parameters go into its state too."""
     import yaml
 
-    from perfkit.app.drill_evidence import Leaks
-    from perfkit.app.live_drill import iso_at, stamp, write_state
+    from perfkit.app.drills.evidence import Leaks
+    from perfkit.app.drills.live_state import iso_at, stamp, write_state
     from perfkit.sources.incident_file import read_incident
 
     recorded = read_incident(drill.path / "incident.yaml")
@@ -347,7 +325,7 @@ def triage_found(result: Any) -> dict[str, Any]:
 def live_found(params: dict[str, Any]) -> dict[str, Any] | None:
     """:func:`triage_found` on a live drill's Prometheus with its runbook parameters (what the
     trainee's ``perfkit run`` saw); None when that Prometheus does not answer."""
-    from perfkit.app.live_drill import http
+    from perfkit.app.drills.live_state import http
     from perfkit.errors import PerfkitError
     from perfkit.sources.live import IncidentParams, open_live
     from perfkit.triage.table import triage_evidence

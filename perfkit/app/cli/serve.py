@@ -1,8 +1,8 @@
 """``perfkit lab serve``: the reference OpenAI-compatible streaming server (:mod:`perfkit.lab.serve`),
 or with ``--engine-config FILE`` the simulated serving engine (:mod:`perfkit.lab.servesim.server`).
 
-The ``serve`` command is attached to the ``lab`` group in :mod:`perfkit.app.cli`; ``python -m
-perfkit.app.serve_cli`` runs it alone (how :func:`perfkit.lab.serve.serving` starts it).
+The ``serve`` command is attached to the ``lab`` group in :mod:`perfkit.app.cli.main`; ``python -m
+perfkit.app.cli.serve`` runs it alone (how :func:`perfkit.lab.serve.serving` starts it).
 """
 
 from __future__ import annotations

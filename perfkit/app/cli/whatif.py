@@ -1,7 +1,7 @@
 """``perfkit lab whatif``: engine-config sweeps on the serving simulator, faster than real time
-(:mod:`perfkit.app.whatif` does the work; the figure is :func:`perfkit.report.whatif_figures.whatif_figure`).
+(:mod:`perfkit.app.whatif.replay` does the work; the figure is :func:`perfkit.report.whatif_figures.whatif_figure`).
 
-The command is attached to the ``lab`` group in :mod:`perfkit.app.cli`.
+The command is attached to the ``lab`` group in :mod:`perfkit.app.cli.main`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from perfkit.app.whatif import DEFAULT_MINUTES, MAX_MINUTES
+from perfkit.app.whatif.replay import DEFAULT_MINUTES, MAX_MINUTES
 from perfkit.errors import ConfigError
 
 MAX_ARG = 4096
@@ -95,7 +95,7 @@ def whatif(replay: str, engine_config: Path | None, sets: tuple[str, ...], minut
     perfkit lab whatif --replay data/scenarios/p95-prefill-interference \\
         --set enable_chunked_prefill=false,true --set long_prefill_token_threshold=0,512
     """
-    from perfkit.app.whatif import run_whatif
+    from perfkit.app.whatif.replay import run_whatif
 
     for text in (replay, str(engine_config or ""), slo or "", str(plot or ""), *sets):
         if len(text) > MAX_ARG:
