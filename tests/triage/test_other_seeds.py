@@ -8,12 +8,16 @@ into a temporary folder, and grades triage against the answer key the simulator 
 * a healthy control: nothing is confirmed at all.
 
 A failure names the scenario and seed; re-run exactly that draw with
-``PERFKIT_OTHER_SEEDS="name=seed,name=seed" pytest tests/triage/test_other_seeds.py``.
+``PERFKIT_OTHER_SEEDS="name=seed,name=seed" pytest tests/triage/test_other_seeds.py``. With
+``PERFKIT_SEED_BASE=TEXT`` the draw follows from that text: ``.ci/run`` passes the day's date, so CI
+draws fresh seeds every day and a day's draw can be repeated.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import random
 import secrets
 from dataclasses import replace
 from pathlib import Path
@@ -40,7 +44,9 @@ def _draw() -> list[tuple[str, int]]:
     if given:
         pairs = [item.split("=", 1) for item in given.split(",") if item.strip()]
         return [(name.strip(), int(seed)) for name, seed in pairs]
-    pick = secrets.SystemRandom()
+    base = os.environ.get("PERFKIT_SEED_BASE", "").strip()
+    # CI (.ci/run) draws from the day's date: fresh every day, and a failing draw can be re-run
+    pick = random.Random(hashlib.sha256(base.encode()).digest()) if base else secrets.SystemRandom()
     pools: dict[tuple[bool, bool], list[str]] = {}
     for name, (factory, _) in SPECS.items():
         inference = isinstance(factory(), ScenarioSpec)
