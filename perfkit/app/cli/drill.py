@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from perfkit.app.cli.options import scope_options, scoped_incident
+from perfkit.app.cli.options import MAX_SEED, scope_options, scoped_incident
 
 
 @click.group()
@@ -85,7 +85,7 @@ def drill_list(answers: bool, live_only: bool) -> None:
 )
 @click.option(
     "--seed",
-    type=click.IntRange(0, 2**63 - 1),
+    type=click.IntRange(0, MAX_SEED),
     default=None,
     help="with --live: fixes the fault's minute and the traffic",
 )

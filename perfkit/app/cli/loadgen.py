@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from perfkit.app.cli.options import MAX_SEED
 from perfkit.app.runner.loadtest import (
     build_plan,
     calibration_against_lab,
@@ -26,7 +27,6 @@ from perfkit.app.runner.loadtest import (
 )
 from perfkit.errors import ConfigError
 
-MAX_SEED = 2**63 - 1
 MAX_PROMPT_TOKENS = 2**20  # perfkit.loadgen.shapes.MAX_PROMPT_TOKENS (not imported: numpy at startup)
 MAX_OUTPUT_TOKENS = 2**18  # perfkit.loadgen.shapes.MAX_OUTPUT_TOKENS
 EXIT_INVALID = 2  # the run is invalid (validity.valid false; every request failed is one)

@@ -8,6 +8,9 @@ from typing import Any
 
 import click
 
+MAX_SEED = 2**63 - 1
+"""The largest ``--seed`` any command takes (numpy's and Python's generators take 0..2**63-1)."""
+
 
 def live_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options naming live sources and the incident (shared by run, triage and capture).

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
+from perfkit.app.cli.options import MAX_SEED
 from perfkit.core.secrets import env_reference_error
 from perfkit.errors import ConfigError, PerfkitError, SecretLeak
 
@@ -67,7 +68,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 @click.option("--port", type=int, default=8000, show_default=True, help="0 picks a free port (printed)")
 @click.option(
     "--seed",
-    type=click.IntRange(0, 2**63 - 1),
+    type=click.IntRange(0, MAX_SEED),
     default=0,
     show_default=True,
     help="seed of the per-request fault draws",

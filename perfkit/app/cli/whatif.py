@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from perfkit.app.cli.options import MAX_SEED
 from perfkit.app.whatif.replay import DEFAULT_MINUTES, MAX_MINUTES
 from perfkit.errors import ConfigError
 
@@ -68,7 +69,7 @@ MAX_ARG = 4096
 )
 @click.option(
     "--seed",
-    type=click.IntRange(0, 2**63 - 1),
+    type=click.IntRange(0, MAX_SEED),
     default=0,
     show_default=True,
     help="seed of the traffic draw and the step jitter",
