@@ -2,7 +2,8 @@
 loose windows, shared fleets and restarts.
 
     python benchmarks/triage_accuracy.py [SCENARIOS_DIR] [--seeds N [--seed-base B | --fixed-seeds]]
-                                         [--variants] [--jobs J] [--out DIR] [--only NAME,NAME]
+                                         [--variants] [--dialect sglang,trtllm] [--jobs J] [--out DIR]
+                                         [--only NAME,NAME]
 
 Without options it grades the embedded bundles (``data/scenarios``): top-1 accuracy, the confusion
 list, false confirmations on healthy controls, and the margin of every threshold cut the rows report.
@@ -13,7 +14,10 @@ tuned a threshold on. ``--fixed-seeds`` uses the fixed rule instead (derived fro
 :func:`perfkit.lab.sim.variants.other_seeds`), the regression set earlier work was checked on.
 ``--variants`` adds the loose-window, shared-fleet and
 restart variants of every scenario (:mod:`perfkit.lab.sim.variants`) on the same seeds (the
-scenario's own seed without ``--seeds``). Bundles go to ``--out`` (kept) or a temporary folder (each
+scenario's own seed without ``--seeds``). ``--dialect sglang,trtllm`` (issue 24) adds each inference
+scenario told by that engine (:mod:`perfkit.lab.sim.dialects`: its metric names, buckets and log lines,
+with only the signals it exports), in columns ``base/<dialect>`` beside the vLLM telling ``base``, so a
+direction that holds on vLLM and not on another engine shows in one table. Bundles go to ``--out`` (kept) or a temporary folder (each
 removed once graded). ``--jobs`` runs that many processes (an inference bundle takes ~5 s to simulate,
 ~15 s as a shared fleet; a training one ~1 s; triage ~1-3 s).
 
@@ -129,7 +133,10 @@ def run_task(task: tuple[str, str, int | None, str, bool]) -> Outcome:
 
         factory, generate = base_specs()[name]
         spec = replace(factory(), seed=seed)
-        out = Path(where) / name / f"{variant}-{seed}"
+        variant, _, dialect = variant.partition("/")  # "base/sglang": the plain telling in SGLang's words
+        if dialect:
+            spec = replace(spec, dialect=dialect)
+        out = Path(where) / name / f"{variant}-{dialect or 'vllm'}-{seed}"
         shutil.rmtree(out, ignore_errors=True)
         t = time.perf_counter()
         if variant == "base":
@@ -300,6 +307,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="the fixed rule's seeds (the regression set), not fresh ones",
     )
     p.add_argument("--variants", action="store_true", help="loose-window, shared-fleet and restart variants")
+    p.add_argument(
+        "--dialect",
+        default="",
+        help="comma-separated engine dialects (sglang, trtllm, trtllm-1.1): every inference scenario also "
+        "told in each engine's own metric names and log lines (columns base/<dialect>)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     p.add_argument(
         "--out", type=Path, default=None, help="keep generated bundles here (default: a temp folder)"
@@ -339,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         for d in embedded_dirs
         if not only or d.name in only or VARIANT_BUNDLES.get(d.name, ("",))[0] in only
     ]
-    columns = (["base"] if args.seeds else []) + (list(VARIANTS) if args.variants else [])
+    dialects = [d.strip() for d in args.dialect.split(",") if d.strip()]
+    columns = (["base"] if args.seeds or dialects else []) + (list(VARIANTS) if args.variants else [])
+    columns += [f"base/{d}" for d in dialects]
     tmp = None
     if columns:
         out = args.out
@@ -360,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
                 seeds = fresh_seeds(args.seed_base, name, args.seeds)
             inference = hasattr(spec, "service")
             for variant in columns:
+                if "/" in variant and not inference:
+                    continue  # training jobs have no serving engine
                 cost = (3 if variant == "shared-fleet" else 2 if variant == "loose-window" else 1) * (
                     5 if inference else 1
                 )

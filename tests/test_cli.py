@@ -22,8 +22,11 @@ def test_triage_json_contract():
     res = invoke("triage", "--bundle", str(SCENARIOS / "release-regression"), "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    # DESIGN.md §5's keys, plus the workload scope, the workloads found and the span judged (issue 9)
+    # DESIGN.md §5's keys, plus the workload scope, the workloads found and the span judged (issue 9),
+    # and the serving engine whose series answered (issue 24)
+    assert doc["engine"] == "vllm"
     assert set(doc) == {
+        "engine",
         "incident",
         "window",
         "symptoms",

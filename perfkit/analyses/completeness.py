@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from perfkit.core.frames import Window, iso, utc
+from perfkit.engine.dialects import DIALECTS
 from perfkit.engine.signals import GAUGES, HISTOGRAMS, SOURCES, resolve
 
 GAP_FACTOR = 2.5  # a hole longer than 2.5 scrape intervals is a gap (one missed scrape is noise)
@@ -51,6 +52,11 @@ RESTART_SERIES: dict[str, tuple[str, ...]] = {
     ),
     "training exporter": ("train_step_duration_seconds", "train_tokens_total"),
 }
+for _d in DIALECTS[1:]:  # the other serving engines, by their own names (perfkit.engine.dialects)
+    _counts = tuple(f"{b}_count" for sig in ("e2e", "ttft") for b in _d.histograms.get(sig, ()))
+    _totals = tuple(n for sig in ("request_success", "prompt_tokens_total") for n in _d.counters.get(sig, ()))
+    RESTART_COUNTERS[f"{_d.title} exporter"] = _counts + _totals
+    RESTART_SERIES[f"{_d.title} exporter"] = _d.gauges.get("running", ()) + _counts[:1]
 
 
 @dataclass
@@ -229,6 +235,11 @@ def completeness(
             )
         rows.append(cov)
     sources = {name: any(engine.has(m) for m in metrics) for name, metrics in SOURCES.items()}
+    engines = [f"{d.title} exporter" for d in DIALECTS]
+    if any(sources[name] for name in engines):  # the serving engines present; the others are no gap
+        sources = {k: v for k, v in sources.items() if v or k not in engines}
+    else:  # none: the default engine is what is missing
+        sources = {k: v for k, v in sources.items() if k not in engines[1:]}
     if training:  # a training job has no inference server; its own exporter stands in
         sources.pop("vLLM exporter", None)
         sources["training exporter (train_*)"] = True

@@ -118,6 +118,9 @@ def _s(v: float | None) -> str:
 
 def _side(engine, window: Window, queries: list[str]) -> tuple[dict, dict]:
     means = {s: S.window_mean(engine, s, window, queries) for s in (*STAGES, "ttft", "e2e", "inference")}
+    if means["prefill"] is None and None not in (means["ttft"], means["queue"]) and not _has_prefill(engine):
+        # an engine without a prefill histogram (SGLang): TTFT ≈ queue + prefill gives prefill's mean
+        means["prefill"] = max(0.0, means["ttft"] - means["queue"])  # type: ignore[operator]
     if None not in (means["e2e"], means["queue"], means["inference"]):
         means["frontend"] = max(0.0, means["e2e"] - means["queue"] - means["inference"])  # type: ignore[operator]
     else:
@@ -125,6 +128,12 @@ def _side(engine, window: Window, queries: list[str]) -> tuple[dict, dict]:
     p95 = {s: S.window_quantiles(engine, s, (0.95,), window, queries)[0.95] for s in (*STAGES, "ttft", "e2e")}
     return means, p95
 
+
+def _has_prefill(engine) -> bool:
+    return S.resolve(engine, "prefill").found
+
+
+PREFILL_STAND_IN = "prefill = TTFT - queue (the engine exports no prefill-time histogram)"
 
 SHARE_STEP_S = 60.0
 """Shares are read per minute: four scrapes per rate, and enough minutes for a median."""
@@ -142,6 +151,14 @@ def typical_shares(engine, window: Window, means: dict[str, float | None], queri
         whole = means.get(stage), means.get("ttft")
         fallback = whole[0] / whole[1] if whole[0] is not None and whole[1] else None
         part = S.mean_series(engine, stage, window, step, queries)
+        if (
+            stage == "prefill"
+            and not part.height
+            and not _has_prefill(engine)
+            and shares.get("queue") is not None
+        ):
+            shares[stage] = 1.0 - shares["queue"]  # type: ignore[operator]  # TTFT ≈ queue + prefill
+            continue
         if not ttft.height or not part.height:
             shares[stage] = fallback
             continue

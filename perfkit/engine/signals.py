@@ -21,27 +21,27 @@ from typing import Protocol
 import polars as pl
 
 from perfkit.core.frames import Window
-from perfkit.engine import ops
+from perfkit.engine import dialects, ops
 from perfkit.engine.promql import to_promql
 from perfkit.errors import QueryError
 
-#: histogram signals: base names (``_bucket``/``_sum``/``_count`` appended)
-HISTOGRAMS: dict[str, tuple[str, ...]] = {
-    "ttft": ("vllm:time_to_first_token_seconds",),
-    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    "tpot": ("vllm:request_time_per_output_token_seconds",),
-    "e2e": ("vllm:e2e_request_latency_seconds",),
-    "queue": ("vllm:request_queue_time_seconds",),
-    "prefill": ("vllm:request_prefill_time_seconds",),
-    "decode": ("vllm:request_decode_time_seconds",),
-    "inference": ("vllm:request_inference_time_seconds",),
-    "prompt_tokens": ("vllm:request_prompt_tokens",),
-    "generation_tokens": ("vllm:request_generation_tokens",),
-}
+#: histogram signals: base names (``_bucket``/``_sum``/``_count`` appended), every engine's
+#: (:mod:`perfkit.engine.dialects`, vLLM first)
+_SERVING_HISTOGRAMS = (
+    "ttft",
+    "itl",
+    "tpot",
+    "e2e",
+    "queue",
+    "prefill",
+    "decode",
+    "inference",
+    "prompt_tokens",
+    "generation_tokens",
+)
+HISTOGRAMS: dict[str, tuple[str, ...]] = {s: dialects.names("histograms", s) for s in _SERVING_HISTOGRAMS}
 GAUGES: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running",),
-    "waiting": ("vllm:num_requests_waiting",),
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    **{s: dialects.names("gauges", s) for s in ("running", "waiting", "kv_cache_usage")},
     "gpu_util": ("DCGM_FI_DEV_GPU_UTIL",),
     "fb_used": ("DCGM_FI_DEV_FB_USED",),
     "fb_free": ("DCGM_FI_DEV_FB_FREE",),
@@ -58,13 +58,17 @@ GAUGES: dict[str, tuple[str, ...]] = {
     "train_comm": ("train_comm_seconds",),
     "train_loss": ("train_loss",),
 }
+_SERVING_COUNTERS = (
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "request_success",
+    "request_aborted",
+    "preemptions",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+)
 COUNTERS: dict[str, tuple[str, ...]] = {
-    "prompt_tokens_total": ("vllm:prompt_tokens_total",),
-    "generation_tokens_total": ("vllm:generation_tokens_total",),
-    "request_success": ("vllm:request_success_total",),
-    "preemptions": ("vllm:num_preemptions_total",),
-    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    **{s: dialects.names("counters", s) for s in _SERVING_COUNTERS},
     "node_cpu": ("node_cpu_seconds_total",),
     "net_rx": ("node_network_receive_bytes_total",),
     "net_tx": ("node_network_transmit_bytes_total",),
@@ -75,7 +79,7 @@ COUNTERS: dict[str, tuple[str, ...]] = {
 }
 #: what each source is recognised by, for completeness
 SOURCES: dict[str, tuple[str, ...]] = {
-    "vLLM exporter": ("vllm:num_requests_running",),
+    **{f"{d.title} exporter": d.recognise() for d in dialects.DIALECTS},
     "DCGM exporter": ("DCGM_FI_DEV_GPU_UTIL",),
     "node exporter": ("node_cpu_seconds_total",),
 }
@@ -95,26 +99,36 @@ class Engine(Protocol):
 class Resolved:
     signal: str
     metric: str | None
-    legacy: bool = False  # an older name answered
+    legacy: bool = False  # an older name of its engine answered
+    engine: str | None = None  # the dialect whose name answered (perfkit.engine.dialects)
 
     @property
     def found(self) -> bool:
         return self.metric is not None
 
 
+def _answered(signal: str, metric: str) -> Resolved:
+    d = dialects.dialect_of(metric)
+    if d is None:
+        names = GAUGES.get(signal) or COUNTERS.get(signal) or ()
+        return Resolved(signal, metric, legacy=metric in names[1:])
+    return Resolved(signal, metric, legacy=dialects.is_legacy(d, metric), engine=d.name)
+
+
 def resolve(engine: Engine, signal: str) -> Resolved:
-    """Which metric name answers ``signal`` on this engine (current name preferred)."""
+    """Which metric name answers ``signal`` on this engine: the first engine dialect that has it
+    (vLLM, SGLang, TensorRT-LLM, Dynamo, TGI), its current name before the older ones."""
     if signal in HISTOGRAMS:
-        for i, base in enumerate(HISTOGRAMS[signal]):
+        for base in HISTOGRAMS[signal]:
             if engine.has(f"{base}_bucket"):
-                return Resolved(signal, base, legacy=i > 0)
+                return _answered(signal, base)
         return Resolved(signal, None)
     names = GAUGES.get(signal) or COUNTERS.get(signal)
     if names is None:
         raise QueryError(f"unknown signal {signal!r}")
-    for i, name in enumerate(names):
+    for name in names:
         if engine.has(name):
-            return Resolved(signal, name, legacy=i > 0)
+            return _answered(signal, name)
     return Resolved(signal, None)
 
 
@@ -451,7 +465,10 @@ def catalogue_families() -> frozenset[str]:
     return frozenset(names)
 
 
+_INFO_PREFIXES = ("vllm:", "sglang:", "trtllm_", "trtllm:")
+
+
 def is_triage_family(name: str, _names: frozenset[str] = catalogue_families()) -> bool:
-    """A sample name triage reads: the catalogue's, and vLLM's config info metrics
-    (``vllm:cache_config_info``: the engine's settings)."""
-    return name in _names or (name.startswith("vllm:") and name.endswith("_info"))
+    """A sample name triage reads: the catalogue's, and the engines' config info metrics
+    (``vllm:cache_config_info``, ``trtllm_kv_cache_config_info``: the engine's settings)."""
+    return name in _names or (name.startswith(_INFO_PREFIXES) and name.endswith("_info"))

@@ -65,7 +65,9 @@ def evidence_figure(
             return None
         return figures.two_axes(
             (
-                f"long prompts (>{it.long_threshold_tokens:g} tok) arriving",
+                f"long prompts (>{it.long_threshold_tokens:g} tok) arriving"
+                if it.long_threshold_tokens is not None
+                else "prompt tokens arriving (no prompt-length histogram)",
                 it.series.select("ts", pl.col("long_arrivals").alias("value")),
             ),
             (

@@ -65,6 +65,7 @@ import polars as pl
 from perfkit.core.frames import Window, to_ms
 from perfkit.engine import ops
 from perfkit.engine.signals import Engine, choose_step
+from perfkit.sources.engine_lines import SGLANG_ARGS
 
 #: the settings read, in the order results list them
 KEYS = (
@@ -97,7 +98,25 @@ _NON_DEFAULT = "non-default args: {"
 _NAMESPACE = "args: Namespace("
 _NOTICE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d{1,10})\.")
 _STARTED = "vLLM API server version "
-_LITERALS = ["with config: ", _NON_DEFAULT, _NAMESPACE, "Chunked prefill is enabled with", _STARTED]
+_LITERALS = [
+    "with config: ",
+    _NON_DEFAULT,
+    _NAMESPACE,
+    "Chunked prefill is enabled with",
+    _STARTED,
+    SGLANG_ARGS,
+]
+#: SGLang's ``ServerArgs`` fields (sglang/srt/server_args.py) → key; ``chunked_prefill_size`` is read apart
+_SGLANG_ALIASES = {"max_running_requests": "max_num_seqs", "mem_fraction_static": "gpu_memory_utilization"}
+#: trtllm-serve's flags (tensorrt_llm/commands/serve.py) → key. ``kv_cache_free_gpu_memory_fraction`` is
+#: the share of the memory left after the weights that the KV cache takes: the same lever as vLLM's
+#: ``gpu_memory_utilization``, measured from another base, so it is reported under its own name's key
+_TRTLLM_ALIASES = {
+    "max_batch_size": "max_num_seqs",
+    "max_num_tokens": "max_num_batched_tokens",
+    "kv_cache_free_gpu_memory_fraction": "gpu_memory_utilization",
+    "enable_chunked_prefill": "chunked_prefill",
+}
 
 _LAUNCH = "vllm_launch"  # the record kind of a launcher's echo of vLLM's command line (log_lines)
 _FLAG_TOKEN = re.compile(r"[^\s,\[\]\"'=]{1,256}")  # a launch line's words, quotes and "=" apart
@@ -216,7 +235,7 @@ def _start_rank(ln: _Line) -> int | None:
         1
         if ln.message.startswith(_STARTED)
         else 2
-        if ln.message.startswith((_NON_DEFAULT, _NAMESPACE))
+        if ln.message.startswith((_NON_DEFAULT, _NAMESPACE)) or SGLANG_ARGS in ln.message
         else None
     )
 
@@ -225,6 +244,9 @@ def _settings(message: str, kind: str = "vllm") -> dict[str, bool | int | float]
     """The settings one line states (maybe none), or None when it is not a settings line."""
     if kind == _LAUNCH:
         return _flags(message)
+    at = message.find(SGLANG_ARGS, 0, 512)
+    if at >= 0:
+        return _sglang(message, at + len(SGLANG_ARGS))
     notice = _NOTICE.match(message)
     if notice is not None:
         tokens = _int_value(notice[1])
@@ -255,14 +277,43 @@ def _parse_items(text: str, start: int, *, nested: bool) -> dict[str, bool | int
     return out
 
 
+def _sglang(text: str, start: int) -> dict[str, bool | int | float]:
+    """The settings of SGLang's ``server_args=ServerArgs(...)`` line: ``chunked_prefill_size`` -1 (or 0)
+    is chunked prefill off, a size is on with that per-step budget; ``disable_radix_cache`` is the prefix
+    cache's negation; ``None`` (decided later) gives nothing."""
+    out: dict[str, bool | int | float] = {}
+    for item in _top_level_items(text, start, nested=True):
+        m = _KEY.match(item)
+        if m is None:
+            continue
+        token = item[m.end() :].strip().split(None, 1)[0] if item[m.end() :].strip() else ""
+        if m[1] == "chunked_prefill_size":
+            size = _int_value(token)
+            if token in ("-1", "0"):
+                out["chunked_prefill"] = False
+            elif size is not None:
+                out["chunked_prefill"], out["max_num_batched_tokens"] = True, size
+        elif m[1] == "disable_radix_cache" and token in ("True", "False"):
+            out["prefix_caching"] = token == "False"
+        elif (key := _SGLANG_ALIASES.get(m[1])) is not None and (value := _typed(key, token)) is not None:
+            out[key] = value
+    return out
+
+
 def _flags(text: str) -> dict[str, bool | int | float]:
-    """The settings among the ``--flag value`` / ``--flag=value`` / bare ``--flag`` of a command line."""
+    """The settings among the ``--flag value`` / ``--flag=value`` / bare ``--flag`` of a command line.
+    trtllm-serve's chunked prefill is off unless ``--enable_chunked_prefill`` is given (its ``LlmArgs``
+    default), but an ``--extra_llm_api_options`` file may turn it on: then it stays unknown."""
     out: dict[str, bool | int | float] = {}
     words = _FLAG_TOKEN.findall(text, 0, _MAX_SCAN)
+    trtllm = "trtllm-serve" in words
+    aliases = _TRTLLM_ALIASES if trtllm else _ALIASES
+    if trtllm and "--extra_llm_api_options" not in words and "--extra-llm-api-options" not in words:
+        out["chunked_prefill"] = False
     for i, word in enumerate(words):
         name = word[2:].replace("-", "_") if word.startswith("--") else ""
         negated = name.startswith("no_")
-        key = _ALIASES.get(name[3:] if negated else name)
+        key = aliases.get(name[3:] if negated else name)
         if key is None:
             continue
         after = words[i + 1] if i + 1 < len(words) else ""

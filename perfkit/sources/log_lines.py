@@ -1,10 +1,9 @@
 """Parse log lines: the line formats, signals and timestamps of :mod:`perfkit.sources.logs`.
 
-The regexes of vLLM lines and stats, of the signals (OOM, NCCL, DataLoader, Xid) and of the
-timestamps of other lines; the fields of JSON lines (:data:`JSON_TS_KEYS`); the year of year-less
-stamps (:class:`_Years`: the year nearest the middle of the window); and :class:`_Parser`, which
-classifies the lines of one file into the rows of :class:`_Columns`. Reading the files (bounded)
-and the kinds of lines recognised are described in :mod:`perfkit.sources.logs`.
+The regexes of vLLM lines and stats (other engines' in :mod:`perfkit.sources.engine_lines`), of the
+signals (OOM, NCCL, DataLoader, Xid) and of other lines' timestamps; JSON lines' fields
+(:data:`JSON_TS_KEYS`); the year of year-less stamps (:class:`_Years`); and :class:`_Parser`, which
+classifies one file's lines into the rows of :class:`_Columns` (see :mod:`perfkit.sources.logs`).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 
 from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, SchemaDict, Window, to_ms
+from perfkit.sources.engine_lines import SGLANG_ARGS, is_trtllm_launch, sglang_stats
 
 #: JSON keys tried, in order, for the timestamp, the message and the level of a JSON line
 #: (``asctime``/``levelname``: vLLM's JSON logging, python-json-logger with vLLM's ``JSON_FORMAT``)
@@ -46,9 +46,7 @@ _STATS = re.compile(
     r"(?:Swapped: \d+ reqs, )?(?:Waiting|Pending): (?P<waiting>\d+) reqs"
 )
 _V0_PREFIX_LINE = re.compile(rf"Prefix cache hit rate: GPU: ({_NUM})%, CPU: {_NUM}%")
-# V0 logs its prefix-cache line microseconds after its stats line, so their whole-second stamps are 0 or
-# 1 s apart; 1.5 s sits between that and the 2 s no real pair shows.
-_V0_PREFIX_GAP_MS = 1500
+_V0_PREFIX_GAP_MS = 1500  # V0's prefix line follows its stats line by µs: stamps 0-1 s apart, never 2
 _PREEMPTIONS = re.compile(r"Preemptions: (\d+)")
 _KV_USAGE = re.compile(rf"KV cache usage: ({_NUM})%")  # the first: GPU/XPU/... (V0 adds CPU after it)
 # "Prefix cache hit rate: x%" (V1), "GPU: x%" inside it (V0's own line), or a device word before it
@@ -98,9 +96,8 @@ _STARTUP_MARKS = ("non-default args: {", "args: Namespace(")
 _MIN_WRAP_WIDTH, _MAX_WRAP_ROWS = 80, 256  # no terminal is narrower than 80 columns; 64 KiB at 256
 _MAX_JOINED = 64 * 2**10  # as long as one log line may be
 _QUOTE_AFTER = frozenset("=:[({, ")
-# A launcher's or orchestrator's echo of vLLM's command line ("python -m vllm.entrypoints.openai.api_server
-# --model m --enable-chunked-prefill", a k8s "vllm serve m --max_num_batched_tokens 1024" args list):
-# the engine's settings as flags (read by perfkit.sources.engine_config).
+# A launcher's echo of vLLM's command line ("python -m vllm.entrypoints.openai.api_server --model m
+# --enable-chunked-prefill", a k8s "vllm serve m --max_num_batched_tokens 1024" args list): its flags.
 _LAUNCH_FLAG = re.compile(
     r"--(?:no-)?(enable[-_]chunked[-_]prefill|max[-_]num[-_]batched[-_]tokens|max[-_]num[-_]seqs"
     r"|gpu[-_]memory[-_]utilization|enable[-_]prefix[-_]caching)\b"
@@ -113,7 +110,7 @@ def _is_launch(text: str) -> bool:
     if "--" not in text or "[--" in text:
         return False
     names = {m[1].replace("_", "-") for m in _LAUNCH_FLAG.finditer(text, 0, _MAX_JOINED)}
-    return len(names) >= 2 or (len(names) == 1 and "vllm" in text.lower())
+    return len(names) >= 2 or (len(names) == 1 and "vllm" in text.lower()) or is_trtllm_launch(text)
 
 
 class _Wrapped:
@@ -238,11 +235,8 @@ class _Columns:
         self.log_rows.append((ts, source, line, kind, level, msg))
 
     def stats_row(self, ts: int | None, m: re.Match[str], text: str) -> None:
-        """Append the stats of one vLLM stats line (``m`` matched :data:`_STATS` in ``text``).
-
-        ``engine`` is the engine index (``"0"`` when the line names none, as V0's does),
-        or ``"all"`` for vLLM's line aggregated over several engines.
-        """
+        """Append the stats of one vLLM stats line (``m`` matched :data:`_STATS` in ``text``); ``engine`` is
+        its engine index (``"0"`` when it names none, as V0's), ``"all"`` for the aggregated line."""
         rest = text[m.end() :]
         preemptions = _PREEMPTIONS.search(rest) if "Preemptions" in rest else None
         kv = _KV_USAGE.search(rest)
@@ -423,9 +417,15 @@ class _Parser:
             self.out.record(ts, self.source, lineno, kind, level or implied, text)
             return
         stats = _STATS.search(text) if "Avg prompt throughput" in text else None
+        sglang = sglang_stats(text) if stats is None and " batch" in text else None
+        if sglang is not None:  # SGLang's scheduler line (perfkit.sources.engine_lines)
+            self.out.stats_rows.append((ts, "0", *sglang[1:], None, None))
+            self.out.record(ts, self.source, lineno, f"sglang_{sglang[0]}", level, text)
+            return
         if stats is None:
-            if _is_launch(text):
-                self.out.record(ts, self.source, lineno, "vllm_launch", level, text)
+            what = "vllm_launch" if _is_launch(text) else "sglang" if SGLANG_ARGS in text else None
+            if what:
+                self.out.record(ts, self.source, lineno, what, level, text)
             else:
                 self.unknown += 1
             return

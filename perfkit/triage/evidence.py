@@ -33,6 +33,7 @@ class Interference:
     correlation: float | None = None
     minutes: int = 0
     series: pl.DataFrame | None = None  # ts, long_arrivals, itl_stalls (per minute)
+    proxy: str | None = None  # what stands for long arrivals when no prompt-length histogram exists
 
 
 @dataclass
@@ -58,6 +59,8 @@ class Evidence:
     #: the KV cache's peak outside the minutes after restarts in the window (None: no restart in it)
     kv_max_steady: float | None = None
     restarts: list[str] = field(default_factory=list)  # ISO times of restarts in the judged window
+    #: the serving engine whose series answered (perfkit.engine.dialects: vllm, sglang, trtllm ...)
+    serving_engine: str | None = None
 
     # convenience accessors --------------------------------------------------------------------
     def q(self, side: str, signal: str, q: float) -> float | None:
@@ -118,54 +121,47 @@ def _bounds(engine: S.Engine, signal: str, window: Window) -> list[float]:
 
 
 def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> Interference:
-    """Long-prompt arrivals vs ITL stalls, minute by minute, in the incident window."""
+    """Long-prompt arrivals vs ITL stalls, minute by minute, in the incident window.
+
+    An engine without a prompt-length histogram (SGLang without ``--collect-tokens-histogram``,
+    trtllm-serve) is read through its prompt-token counter instead: the prompt tokens each bin
+    brought stand for its long arrivals (one long prompt outweighs dozens of usual ones), and the
+    long-prompt share stays unmeasured (None)."""
     out = Interference()
     window, baseline = inc.window, inc.baseline
     p_bounds = _bounds(engine, "prompt_tokens", window)
     median_prompt = S.window_quantiles(engine, "prompt_tokens", (0.5,), baseline or window)[0.5]
-    if not p_bounds or median_prompt is None:
+    long_le = None
+    if p_bounds and median_prompt is not None:
+        long_le = _bucket_at_least(p_bounds, T.LONG_PROMPT_MULTIPLE * median_prompt)
+        if long_le is None:
+            return out
+    elif not S.resolve(engine, "prompt_tokens_total").found:
         return out
-    long_le = _bucket_at_least(p_bounds, T.LONG_PROMPT_MULTIPLE * median_prompt)
-    if long_le is None:
-        return out
+    else:
+        out.proxy = "prompt tokens per bin (the engine exports no prompt-length histogram)"
     out.long_threshold_tokens = long_le
     for side, w in (("incident", window), ("baseline", baseline)):
-        if w is None:
+        if w is None or long_le is None:
             continue
         total = S.window_count(engine, "prompt_tokens", w)
         short = S.window_count(engine, "prompt_tokens", w, le=long_le)
         out.long_share[side] = (total - short) / total if total and short is not None else None
-    itl_p50 = base.q("baseline", "itl", 0.5) or base.q("incident", "itl", 0.5)
-    i_bounds = _bounds(engine, "itl", window)
-    if itl_p50 is None or not i_bounds:
-        return out
-    # A stall is a gap far outside the baseline's own worst: 2x its p99.9 (and >= 0.5 s, >= 10x p50).
-    worst_q = T.STALL_WORST_QUANTILE
-    normal_worst = S.window_quantiles(engine, "itl", (worst_q,), baseline)[worst_q] if baseline else None
-    floor = max(
-        T.STALL_MIN_S, T.STALL_MEDIAN_MULTIPLE * itl_p50, T.STALL_WORST_MULTIPLE * (normal_worst or 0)
-    )
-    stall_le = _bucket_at_least(i_bounds, floor)
+    stall_le = _stalls(engine, inc, base, out)
     if stall_le is None:
         return out
-    out.stall_threshold_s = stall_le
-    for side, w in (("incident", window), ("baseline", baseline)):
-        if w is None:
-            continue
-        total = S.window_count(engine, "itl", w)
-        fast = S.window_count(engine, "itl", w, le=stall_le)
-        out.stalls_per_min[side] = (
-            (total - fast) / (w.seconds / 60) if total is not None and fast is not None else None
-        )
     step = T.INTERFERENCE_BIN_S
-    long_all = S.rate_series(engine, "prompt_tokens", window, step, histogram_count=True)
-    long_short = S.rate_series(engine, "prompt_tokens", window, step, histogram_count=True, le=long_le)
+    if long_le is not None:
+        long_all = S.rate_series(engine, "prompt_tokens", window, step, histogram_count=True)
+        long_short = S.rate_series(engine, "prompt_tokens", window, step, histogram_count=True, le=long_le)
+        arrivals = long_all.rename({"value": "a"}).join(long_short.rename({"value": "b"}), on="ts")
+    else:
+        tokens = S.rate_series(engine, "prompt_tokens_total", window, step)
+        arrivals = tokens.rename({"value": "a"}).with_columns(pl.lit(0.0).alias("b"))
     itl_all = S.rate_series(engine, "itl", window, step, histogram_count=True)
     itl_fast = S.rate_series(engine, "itl", window, step, histogram_count=True, le=stall_le)
     frame = (
-        long_all.rename({"value": "a"})
-        .join(long_short.rename({"value": "b"}), on="ts")
-        .join(itl_all.rename({"value": "c"}), on="ts")
+        arrivals.join(itl_all.rename({"value": "c"}), on="ts")
         .join(itl_fast.rename({"value": "d"}), on="ts")
         .select(
             "ts",
@@ -181,6 +177,34 @@ def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> I
     if ok.sum() >= T.MIN_CORRELATION_BINS and x[ok].std() > 0 and y[ok].std() > 0:
         out.correlation = float(np.corrcoef(x[ok], y[ok])[0, 1])
     return out
+
+
+def _stalls(engine: S.Engine, inc: Incident, base: BaselineComparison, out: Interference) -> float | None:
+    """The stall threshold (an ITL bucket bound) and the stalls per minute of each side, into ``out``."""
+    window, baseline = inc.window, inc.baseline
+    itl_p50 = base.q("baseline", "itl", 0.5) or base.q("incident", "itl", 0.5)
+    i_bounds = _bounds(engine, "itl", window)
+    if itl_p50 is None or not i_bounds:
+        return None
+    # A stall is a gap far outside the baseline's own worst: 2x its p99.9 (and >= 0.5 s, >= 10x p50).
+    worst_q = T.STALL_WORST_QUANTILE
+    normal_worst = S.window_quantiles(engine, "itl", (worst_q,), baseline)[worst_q] if baseline else None
+    floor = max(
+        T.STALL_MIN_S, T.STALL_MEDIAN_MULTIPLE * itl_p50, T.STALL_WORST_MULTIPLE * (normal_worst or 0)
+    )
+    stall_le = _bucket_at_least(i_bounds, floor)
+    if stall_le is None:
+        return None
+    out.stall_threshold_s = stall_le
+    for side, w in (("incident", window), ("baseline", baseline)):
+        if w is None:
+            continue
+        total = S.window_count(engine, "itl", w)
+        fast = S.window_count(engine, "itl", w, le=stall_le)
+        out.stalls_per_min[side] = (
+            (total - fast) / (w.seconds / 60) if total is not None and fast is not None else None
+        )
+    return stall_le
 
 
 #: ``Evidence.logs[LOG_LINES_READ]``: how many lines of known kinds the logs gave, in any span. Logs
@@ -361,4 +385,14 @@ def gather(
         history_given=history_given,
         kv_max_steady=kv_steady,
         restarts=restart_times,
+        serving_engine=serving_engine(engine),
     )
+
+
+def serving_engine(engine: S.Engine) -> str | None:
+    """The engine dialect whose series answer (its TTFT, E2E or running gauge, in that order)."""
+    for signal in ("ttft", "e2e", "running", "request_success"):
+        res = S.resolve(engine, signal)
+        if res.engine is not None:
+            return res.engine
+    return None

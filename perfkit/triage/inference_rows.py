@@ -15,6 +15,8 @@ from perfkit.analyses.memory import MIB, inference_memory
 from perfkit.analyses.memory_peak import states_vs_peak
 from perfkit.analyses.release import Shift, is_tail, tail_views
 from perfkit.analyses.roofline import SERVING_RATES, lookup, mean_context
+from perfkit.analyses.stages import PREFILL_STAND_IN
+from perfkit.engine import dialects
 from perfkit.errors import ConfigError
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
@@ -91,13 +93,29 @@ def detect_tail(ev: Evidence) -> Detection:
     )
     tail_bad = any_of(quantile_tail, _stalls_new(ev))
     median_fine = at_most(p50, "MEDIAN_FINE_RATIO")  # ... while the median request is as usual
-    missing = [] if long_share is not None else ["prompt-length histogram (vllm:request_prompt_tokens)"]
+    missing = [] if long_share is not None else [_prompt_histogram_missing(ev)]
     long_mixed = at_least(long_share, "LONG_PROMPT_SHARE")
     # Without a prompt-length histogram the row still fires (the mechanism is then unmeasured).
     decided = all_of(tail_bad, median_fine, long_mixed if long_share is not None else Test(True))
     tail_ratio = max(x for x in (p95, tok99) if x is not None)
     strength = T.tail_strength(tail_ratio, bool(long_mixed)) if decided else 0.0
     return Detection(decided.ok, strength, facts, missing, cuts_of(decided))
+
+
+def _prompt_histogram_missing(ev: Evidence) -> str:
+    """What to say when the engine exports no prompt-length histogram: its own flag, if one turns it on."""
+    flag = dialects.lacks(ev.serving_engine or "", "prompt_tokens")
+    return (
+        f"prompt-length histogram ({flag})"
+        if flag
+        else "prompt-length histogram (vllm:request_prompt_tokens)"
+    )
+
+
+def _long_arrivals(it: Any) -> str:
+    if it.long_threshold_tokens is None:  # read through the prompt-token counter (evidence.interference)
+        return "the prompt tokens arriving (no prompt-length histogram: its counter)"
+    return f"long-prompt (>{it.long_threshold_tokens:g} tok) arrivals"
 
 
 def _fisher_band(r: float, n: int) -> tuple[float, float]:
@@ -153,8 +171,8 @@ def verify_tail(ev: Evidence) -> Verification:
     if calm and (follows or mechanism):
         if follows:
             why = (
-                f"ITL stalls >{it.stall_threshold_s:g}s follow long-prompt (>{it.long_threshold_tokens:g} tok) "
-                f"arrivals in two-minute bins (r={it.correlation:.2f})"
+                f"ITL stalls >{it.stall_threshold_s:g}s follow {_long_arrivals(it)} in two-minute bins "
+                f"(r={it.correlation:.2f})"
             )
             decided = all_of(calm, follows)
         else:
@@ -186,12 +204,17 @@ def detect_prefill(ev: Evidence) -> Detection:
     ttft, prefill = ev.ratio("ttft", 0.95), ev.ratio("prefill", 0.95)
     slo = ev.incident.slo.get("ttft_p95_s")
     ttft_now = ev.q("incident", "ttft", 0.95)
-    facts = {
+    facts: dict[str, Any] = {
         "ttft_p95_ratio": _r(ttft),
         "prefill_p95_ratio": _r(prefill),
         "ttft_p95_s": _r(ttft_now),
         "ttft_slo_s": slo,
     }
+    if prefill is None and dialects.lacks(ev.serving_engine or "", "prefill"):
+        # no prefill histogram (SGLang): the mean of TTFT less queue time stands in (analyses.stages)
+        prefill = _ratio(ev.mean("incident", "prefill"), ev.mean("baseline", "prefill"))
+        facts["prefill_p95_ratio"] = None
+        facts["prefill_mean_ratio"], facts["prefill_stand_in"] = _r(prefill), PREFILL_STAND_IN
     if ttft is None or prefill is None:
         return Detection(False, 0.0, facts, ["TTFT and prefill-time histograms in both windows"])
     over_slo = above(_ratio(ttft_now, slo), "SLO_BREACH_RATIO") if slo else ABSENT

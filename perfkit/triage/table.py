@@ -85,6 +85,7 @@ class TriageResult:
     workloads: list[dict[str, Any]] = field(default_factory=list)  # found when not scoped
     judged: dict[str, Any] | None = None  # the span the rows judged (onset to end) and why
     workload: str = "unknown"  # training | serving | mixed | unknown (workload_kind)
+    engine: str | None = None  # the serving engine whose series answered (perfkit.engine.dialects)
 
     @property
     def top(self) -> RowResult | None:
@@ -137,6 +138,7 @@ class TriageResult:
                 "scope": self.scope,
                 "workloads": self.workloads,
                 "judged": self.judged,
+                "engine": self.engine,
             }
         )
         return out
@@ -250,9 +252,9 @@ def triage_evidence(
     from perfkit.triage.evidence import gather, release_history_given
 
     fill_identity(engine, incident)  # the same model and GPU the runbook reads (runbook._identify)
-    result = run(
-        gather(engine, incident, events=events, logs=logs, history_given=release_history_given(missing))
-    )
+    ev = gather(engine, incident, events=events, logs=logs, history_given=release_history_given(missing))
+    result = run(ev)
+    result.engine = ev.serving_engine
     for m in missing:
         if m not in result.missing:
             result.missing.append(m)

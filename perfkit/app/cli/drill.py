@@ -89,6 +89,12 @@ def drill_list(answers: bool, live_only: bool) -> None:
     default=None,
     help="with --live: fixes the fault's minute and the traffic",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "sglang", "trtllm"]),
+    default=None,
+    help="with --live: the engine whose metric names and log lines the simulator speaks [default: vllm]",
+)
 @click.option("--lab/--no-lab", "start_lab", default=False, help="also open the runbook in JupyterLab")
 @scope_options
 def drill_start(
@@ -98,6 +104,7 @@ def drill_start(
     recorded: bool,
     speed: float | None,
     seed: int | None,
+    engine: str | None,
     start_lab: bool,
     scope: str,
     hosts: str,
@@ -110,10 +117,10 @@ def drill_start(
 
     if live and recorded:
         raise click.UsageError("--live runs the simulator, --recorded replays the evidence: choose one")
-    if not live and (speed is not None or seed is not None):
-        raise click.UsageError("--speed and --seed are for --live drills")
+    if not live and (speed is not None or seed is not None or engine is not None):
+        raise click.UsageError("--speed, --seed and --engine are for --live drills")
     if live:
-        _start_live(name, out, speed, seed, start_lab)
+        _start_live(name, out, speed, seed, start_lab, engine or "vllm")
         return
     parse_scope(scope, hosts)  # a typo fails before anything is written
     if recorded:
@@ -149,10 +156,14 @@ def drill_start(
         open_runbook(str(runbook), prepared.folder, {}, start_lab=True)
 
 
-def _start_live(name: str, out: str | None, speed: float | None, seed: int | None, start_lab: bool) -> None:
+def _start_live(
+    name: str, out: str | None, speed: float | None, seed: int | None, start_lab: bool, engine: str = "vllm"
+) -> None:
     from perfkit.app.drills import live as L
 
-    started = L.start(name, Path(out) if out else None, speed=speed or L.DEFAULT_SPEED, seed=seed)
+    started = L.start(
+        name, Path(out) if out else None, speed=speed or L.DEFAULT_SPEED, seed=seed, engine=engine
+    )
     st, p = started.state, started.params
     plan, speed_x = st["plan"], st["speed"]
     click.echo(f"drill {started.label}: live on the simulator at {speed_x:g}x, in {started.folder}")

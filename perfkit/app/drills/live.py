@@ -98,6 +98,7 @@ def start(
     seed: int | None = None,
     timing: Timing | None = None,
     root: Path = SCENARIOS,
+    engine: str = "vllm",
 ) -> Started:
     """Start drill ``name`` live (see the module docstring); returns once Prometheus holds the
     engine's first sample and the traffic has reached the engine. Anything that fails on the way is
@@ -111,7 +112,7 @@ def start(
     if not 1.0 <= speed <= MAX_SPEED:
         raise ConfigError(f"--speed must be in [1, {MAX_SPEED:g}]: got {speed:g}")
     drill, label = resolve(name, root)
-    spec = spec_for(drill.name, training=runbook_for(drill.path) == "training_step")
+    spec = spec_for(drill.name, training=runbook_for(drill.path) == "training_step", engine=engine)
     timing = timing or spec.timing
     seed = secrets.randbelow(2**31) if seed is None else int(seed)
     folder = out if out is not None else DEFAULT_FOLDER / label

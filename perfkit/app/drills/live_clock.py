@@ -80,11 +80,21 @@ LAG_WINDOW_S = 10.0
 """Wall seconds over which the supervisor measures how fast the drill clock runs (``.live/
 supervisor.json`` ``rate``): ``drill status`` warns when it falls behind ``--speed``."""
 _LOG_STAMP = re.compile(r"^(\(\S+ pid=\d+\) \w+ )(\d\d-\d\d \d\d:\d\d:\d\d)( .*)$", re.DOTALL)
+# SGLang's "[2026-12-02 10:00:00 TP0] ..." and a launcher's "2026-12-02 10:00:00 launcher: ..." (the
+# simulator's other dialects, perfkit.lab.sim.dialects): a full date
+_FULL_STAMP = re.compile(r"^(\[?)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)([ \]].*)$", re.DOTALL)
 
 
 def restamp(line: str, shift_s: float) -> str:
-    """A vLLM log line with its ``MM-DD HH:MM:SS`` stamp moved by ``shift_s`` seconds (the year is
-    this year's: the log format has none); other lines unchanged."""
+    """A log line with its stamp moved by ``shift_s`` seconds: vLLM's ``MM-DD HH:MM:SS`` (the year is
+    this year's: the format has none), or SGLang's and a launcher's full date; other lines unchanged."""
+    full = _FULL_STAMP.match(line)
+    if full:
+        try:
+            when = datetime.strptime(full.group(2), "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            return line
+        return f"{full.group(1)}{when + timedelta(seconds=shift_s):%Y-%m-%d %H:%M:%S}{full.group(3)}"
     m = _LOG_STAMP.match(line)
     if not m:
         return line

@@ -20,6 +20,10 @@ the loads; ``tests/integration/test_live_drill.py`` and ``test_seed_case_live.py
   ~100-token answers keep a 70B on 4x H100 at ~150 output tokens/s: lightly loaded, so each fault's
   effect is its own and not queueing (and so the simulator and the load generator stay under a core at
   ``--speed 30`` on a laptop: ~4,500 streamed tokens per wall second).
+* Every drill runs in any engine dialect (``perfkit drill start DRILL --live --engine sglang``): the
+  same simulated engine and fault, its ``/metrics`` and log lines in SGLang's or trtllm-serve's words
+  (:data:`ENGINES`; the engine config's ``dialect``, :mod:`perfkit.lab.servesim.dialect_metrics`).
+  The default, vLLM, leaves the engine config as it was.
 * Faults that add traffic (``long_prompt_tenant``, ``surge``) are the simulator's own synthetic
   tenants, as production's other tenants would be: not in the trainee's load generator.
 
@@ -29,10 +33,14 @@ cause); training drills have none (the simulator serves inference).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfkit.errors import ConfigError
+
+ENGINES = ("vllm", "sglang", "trtllm")
+"""The engine dialects a live drill runs in (``drill start --live --engine``): the simulator's
+``dialect`` setting (:data:`perfkit.lab.servesim.config.DIALECTS`)."""
 
 #: remedies ``drill fix --remedy`` offers every live drill (the same menu for all: the menu names no
 #: answer); each switches off the simulator faults that stand for what it removes
@@ -207,16 +215,26 @@ NO_LIVE: dict[str, str] = {
 }
 
 
-def spec_for(scenario: str, *, training: bool = False) -> LiveSpec:
-    """The live form of ``scenario`` (a scenario name: callers resolve the drill id first), or
-    ConfigError saying plainly why there is none."""
+def spec_for(scenario: str, *, training: bool = False, engine: str = "vllm") -> LiveSpec:
+    """The live form of ``scenario`` (a scenario name: callers resolve the drill id first) on the
+    ``engine`` dialect (:func:`in_dialect`), or ConfigError saying plainly why there is none."""
     if scenario in SPECS:
-        return SPECS[scenario]
+        return in_dialect(SPECS[scenario], engine)
     if training:
         why = "it is a training incident, and the simulator serves inference only"
     else:  # the reason (NO_LIVE) would name the cause: the trainee is told only that there is none
         why = "the simulator cannot yet produce its cause faithfully"
     return _refuse(why)
+
+
+def in_dialect(spec: LiveSpec, engine: str) -> LiveSpec:
+    """``spec`` with its engine speaking ``engine``'s dialect (one of :data:`ENGINES`): the engine
+    config's ``dialect``; vLLM, the simulator's default, leaves the spec as it is."""
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine: {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == spec.engine.get("dialect", "vllm"):
+        return spec
+    return replace(spec, engine={**spec.engine, "dialect": engine})
 
 
 def _refuse(why: str) -> LiveSpec:

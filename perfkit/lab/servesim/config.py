@@ -6,6 +6,7 @@ An engine config file (``perfkit lab serve --engine-config FILE``) is YAML::
     model: llama-3.1-8b            # a key, Hugging Face name or alias of data/hardware/models.yaml
     gpu: h100-sxm                  # a key, nvidia-smi name or alias of data/hardware/gpus.yaml
     tensor_parallel_size: 1
+    dialect: vllm                  # or sglang, trtllm: whose metric names and log lines it speaks
     max_num_seqs: 256
     max_num_batched_tokens: 8192
     enable_chunked_prefill: true
@@ -46,6 +47,8 @@ MAX_TP = 8
 """One node: tensor parallelism over NVLink inside an 8-GPU server (multi-node is not modelled)."""
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 KV_DTYPES = {"auto": None, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+DIALECTS = ("vllm", "sglang", "trtllm")
+"""Whose words the engine speaks: its /metrics names and its log lines (:mod:`.dialect_metrics`)."""
 
 #: every other number of an engine config, bounded to what a GPU server can physically be (a value
 #: outside would make a step take longer than a drill lasts, or no time at all): (low, high, why)
@@ -101,6 +104,7 @@ class SimConfig:
     long_prefill_token_threshold: int = 0  # vLLM: most prompt tokens one request gets per step (0: no cap)
     dtype: str = "auto"  # weights and GEMMs: auto (the checkpoint's: bf16) | bf16 | fp16 | fp8
     kv_cache_dtype: str = "auto"  # auto (as dtype) | fp8 | fp8_e4m3 | fp8_e5m2
+    dialect: str = "vllm"  # vllm | sglang | trtllm: the engine whose metric names and log lines it speaks
     # -- the roofline's efficiency knobs (docs/simulator.md, "Parameters") --
     compute_efficiency: float = (
         0.5  # share of dense peak a prefill reaches end to end (GEMMs + the kernels between)
@@ -232,6 +236,8 @@ def _validate(cfg: SimConfig) -> None:
         )
     if cfg.dtype not in ("auto", *DTYPE_BYTES):
         raise ConfigError(f"dtype: {cfg.dtype!r} is not one of auto, {', '.join(DTYPE_BYTES)}")
+    if cfg.dialect not in DIALECTS:
+        raise ConfigError(f"dialect: {cfg.dialect!r} is not one of {', '.join(DIALECTS)}")
     if cfg.kv_cache_dtype not in KV_DTYPES:
         raise ConfigError(f"kv_cache_dtype: {cfg.kv_cache_dtype!r} is not one of {', '.join(KV_DTYPES)}")
     if cfg.compute_dtype not in cfg.gpu.dense_flops:

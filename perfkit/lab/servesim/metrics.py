@@ -35,6 +35,10 @@ after an idle one writes nothing (vLLM logs it at DEBUG). Start-up lines as vLLM
 version, non-default args, chunked-prefill notice, ``Initializing a V1 LLM engine ... with config``,
 GPU KV cache size) are written at start and again after every live config change, so
 :mod:`perfkit.sources.engine_config` reads the settings in force.
+
+**Dialects** (``dialect`` in the engine config): ``sglang`` and ``trtllm`` export the same engine under
+SGLang's or trtllm-serve's names and write their log lines instead (:mod:`.dialect_metrics`); the
+GPU series and ``build_info`` are the same in every dialect.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TextIO
 
 from perfkit.lab.serve_clock import Histogram
+from perfkit.lab.servesim import dialect_metrics as dialects
 from perfkit.lab.sim.exporters import ITL_BUCKETS, REQUEST_BUCKETS, TTFT_BUCKETS
 
 if TYPE_CHECKING:
@@ -78,12 +83,7 @@ IDLE_TEMP_C, HOT_TEMP_C = 33.0, 88.0  # idle; and about where Hopper's thermal s
 DEGREES_PER_UTIL = 0.4  # a liquid/air-cooled SXM board settles near 70 C at 100 % utilisation
 
 
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(pairs: dict[str, object]) -> str:
-    return ",".join(f'{key}="{_label(value)}"' for key, value in pairs.items())
+_labels = dialects.labels
 
 
 def one_two_five(top: int) -> list[float]:
@@ -166,7 +166,10 @@ class EngineMetrics:
     def __init__(self, cfg: SimConfig, version: str) -> None:
         self.cfg, self.version = cfg, version
         tokens = one_two_five(cfg.max_model_len)
-        self.hist = {name: Histogram(list(bounds or tokens)) for name, (_, bounds) in _HISTOGRAMS.items()}
+        self.hist = {  # the dialect's buckets where it exports the histogram under its own name
+            name: Histogram(list(dialects.bounds(cfg.dialect, name, bounds or tokens)))
+            for name, (_, bounds) in _HISTOGRAMS.items()
+        }
         self.counters = dict.fromkeys(_COUNTERS, 0.0)
         self.success = dict.fromkeys(FINISH_REASONS, 0)
         self.running = self.waiting = 0
@@ -174,6 +177,8 @@ class EngineMetrics:
         self.tracked: dict[str, _Tracked] = {}
         # for the stats log line: tokens since the last line, prefix figures of recent admissions
         self.interval_prompt = self.interval_generation = 0
+        self.interval_prompt_reqs = self.interval_hits = 0  # SGLang's Prefill batch line
+        self.client_aborts = 0  # admitted requests whose client left (SGLang counts them aborted)
         self.recent_prefix: deque[tuple[int, int]] = deque(maxlen=PREFIX_WINDOW)
         self.completed = 0
 
@@ -181,7 +186,8 @@ class EngineMetrics:
         self.tracked[rid] = _Tracked(arrival, prompt_tokens, max_tokens)
 
     def aborted(self, rid: str) -> None:
-        self.tracked.pop(rid, None)
+        if self.tracked.pop(rid, None) is not None:
+            self.client_aborts += 1
 
     def step(self, res: StepResult) -> None:
         """Record one engine step; its tokens count at its end (``res.start + res.duration_s``)."""
@@ -197,6 +203,7 @@ class EngineMetrics:
                 hist["vllm:time_to_first_token_seconds"].observe(end - track.arrival)
                 counters["vllm:prompt_tokens"] += track.prompt_tokens
                 self.interval_prompt += track.prompt_tokens
+                self.interval_prompt_reqs += 1
             else:  # the gap since its previous token (a preempted request's includes the recompute)
                 hist["vllm:inter_token_latency_seconds"].observe(end - track.last)
             track.last = end
@@ -208,6 +215,7 @@ class EngineMetrics:
         counters["vllm:num_preemptions"] += res.preemptions  # a live reconfigure's too (StepResult)
         counters["vllm:prefix_cache_queries"] += res.prefix_queries
         counters["vllm:prefix_cache_hits"] += res.prefix_hits
+        self.interval_hits += res.prefix_hits
         if res.prefix_queries:
             self.recent_prefix.append((res.prefix_queries, res.prefix_hits))
         if res.prefill_tokens or res.decode_seqs:
@@ -239,6 +247,22 @@ class EngineMetrics:
         return sum(h for _, h in self.recent_prefix) / queries if queries else 0.0
 
     def exposition(self, out: Exposition) -> None:
+        if self.cfg.dialect != "vllm":
+            dialects.exposition(self, out)
+        else:
+            self._vllm(out)
+        build = _labels(
+            {
+                "model_name": self.cfg.served_model_name,
+                "version": self.version,
+                "vllm_version": self.cfg.vllm_version,
+            }
+        )
+        out.value(
+            "build_info", "gauge", "The running build; its version label changes at a deploy.", build, 1
+        )
+
+    def _vllm(self, out: Exposition) -> None:
         labels = _labels({"model_name": self.cfg.served_model_name, "engine": "0"})
         for name, help_, value in (
             ("vllm:num_requests_running", "Number of requests in model execution batches.", self.running),
@@ -263,16 +287,6 @@ class EngineMetrics:
             "Information of the LLMEngine CacheConfig",
             cache_labels(self.cfg),
             1,
-        )
-        build = _labels(
-            {
-                "model_name": self.cfg.served_model_name,
-                "version": self.version,
-                "vllm_version": self.cfg.vllm_version,
-            }
-        )
-        out.value(
-            "build_info", "gauge", "The running build; its version label changes at a deploy.", build, 1
         )
 
 
@@ -426,18 +440,25 @@ class GpuSeries:
 
 
 class StatsLog:
-    """vLLM-format log records to ``sink``, stamped at ``epoch`` (UNIX seconds) + virtual seconds."""
+    """The engine's log records to ``sink``, stamped at ``epoch`` (UNIX seconds) + virtual seconds:
+    vLLM's format, or SGLang's (``dialect``; set from the engine's config at :meth:`startup`)."""
 
-    def __init__(self, sink: TextIO, epoch: float, pid: int) -> None:
-        self.sink, self.epoch, self.pid = sink, epoch, pid
+    def __init__(self, sink: TextIO, epoch: float, pid: int, dialect: str = "vllm") -> None:
+        self.sink, self.epoch, self.pid, self.dialect = sink, epoch, pid, dialect
         self.last_busy = False
         self.next_at = STATS_INTERVAL_S
 
     def write(
         self, v: float, where: str, message: str, process: str = "APIServer", level: str = "INFO"
     ) -> None:
+        if self.dialect == "sglang":  # SGLang's records carry no level, file or process
+            self._line(dialects.sglang_record(self.epoch + v, message))
+            return
         stamp = datetime.fromtimestamp(self.epoch + v, UTC).strftime("%m-%d %H:%M:%S")
-        self.sink.write(f"({process} pid={self.pid}) {level} {stamp} [{where}] {message}\n")
+        self._line(f"({process} pid={self.pid}) {level} {stamp} [{where}] {message}")
+
+    def _line(self, line: str) -> None:
+        self.sink.write(line + "\n")
         self.sink.flush()
 
     def due(self, v: float) -> Iterator[float]:
@@ -448,9 +469,17 @@ class StatsLog:
 
     def stats(self, v: float, m: EngineMetrics, interval: float = STATS_INTERVAL_S) -> None:
         prompt, generation = m.interval_prompt / interval, m.interval_generation / interval
-        m.interval_prompt = m.interval_generation = 0
+        counts = (m.interval_prompt, m.interval_prompt_reqs, m.interval_hits, m.interval_generation)
+        m.interval_prompt = m.interval_generation = m.interval_prompt_reqs = m.interval_hits = 0
         busy = bool(prompt or generation)
-        if busy or self.last_busy:  # vLLM: idle after idle goes to DEBUG
+        if m.cfg.dialect == "sglang":  # idle after idle: SGLang logs no batch it did not run
+            if busy or self.last_busy:
+                state = (m.running, m.waiting, m.kv_usage)
+                for line in dialects.sglang_stats(m.cfg, state, *counts, interval):
+                    self._line(dialects.sglang_record(self.epoch + v, line))
+        elif m.cfg.dialect == "trtllm":  # trtllm-serve's iteration log is off by default
+            pass
+        elif busy or self.last_busy:  # vLLM: idle after idle goes to DEBUG
             self.write(
                 v,
                 "loggers.py:123",
@@ -462,7 +491,13 @@ class StatsLog:
         self.last_busy = busy
 
     def startup(self, v: float, cfg: SimConfig, version: str) -> None:
-        """vLLM 0.10.1's start-up records that carry the engine's settings (see module docstring)."""
+        """vLLM 0.10.1's start-up records that carry the engine's settings (see module docstring), or
+        the dialect's (:func:`.dialect_metrics.startup_lines`)."""
+        self.dialect = cfg.dialect
+        if cfg.dialect != "vllm":
+            for line in dialects.startup_lines(cfg, self.epoch + v):
+                self._line(line)
+            return
         name = cfg.served_model_name
         self.write(v, "api_server.py:1805", f"vLLM API server version {version}")
         args = {

@@ -18,7 +18,14 @@ from perfkit.lab.sim.exporters import Recorder, Series
 from perfkit.lab.sim.model import ScenarioSpec
 
 #: which exporter (and so which metrics/<target>.om file) a family comes from
-TARGET_OF = {"vllm:": "vllm", "train_": "train", "DCGM_": "dcgm", "node_": "node"}
+TARGET_OF = {
+    "vllm:": "vllm",
+    "sglang:": "sglang",
+    "trtllm_": "trtllm",
+    "train_": "train",
+    "DCGM_": "dcgm",
+    "node_": "node",
+}
 
 
 def _target(family: str) -> str:
@@ -130,7 +137,10 @@ def generate(spec: ScenarioSpec, out: Path, *, duration_s: float | None = None) 
     (out / "logs").mkdir(exist_ok=True)
     n_lines = write_metrics(out / "metrics", recorder.out.values())
     logs = sorted(recorder.logs, key=lambda x: x[0])
-    (out / "logs" / "vllm.log").write_text("\n".join(line for _, line in logs) + "\n", encoding="utf-8")
+    log_name = {"vllm": "vllm", "sglang": "sglang"}.get(spec.dialect, "trtllm-serve")
+    (out / "logs" / f"{log_name}.log").write_text(
+        "\n".join(line for _, line in logs) + "\n", encoding="utf-8"
+    )
 
     events: list[dict[str, Any]] = [
         {

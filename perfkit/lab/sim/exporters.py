@@ -20,77 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfkit.lab.sim import dialects
+from perfkit.lab.sim.dialects import ITL_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, TTFT_BUCKETS
 from perfkit.lab.sim.model import EngineConfig, Release, ScenarioSpec
-
-TTFT_BUCKETS = [
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-]
-ITL_BUCKETS = [
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-]
-REQUEST_BUCKETS = [
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-]
-TOKEN_BUCKETS: list[float] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000]
 
 
 class Histogram:
@@ -148,25 +80,27 @@ class Recorder:
     def __init__(self, spec: ScenarioSpec, rng: np.random.Generator) -> None:
         self.spec = spec
         self.rng = rng
-        legacy = spec.legacy_metric_names
+        legacy = spec.legacy_metric_names and dialects.check(spec.dialect) == "vllm"
         self.itl_name = "vllm:time_per_output_token_seconds" if legacy else "vllm:inter_token_latency_seconds"
         self.prefix_queries = "vllm:gpu_prefix_cache_queries" if legacy else "vllm:prefix_cache_queries"
         self.prefix_hits = "vllm:gpu_prefix_cache_hits" if legacy else "vllm:prefix_cache_hits"
         self.stats_queries = self.stats_hits = 0.0
         self.kv_name = "vllm:gpu_cache_usage_perc" if legacy else "vllm:kv_cache_usage_perc"
-        self.hist = {
-            "vllm:time_to_first_token_seconds": Histogram(TTFT_BUCKETS),
-            self.itl_name: Histogram(ITL_BUCKETS),
-            "vllm:e2e_request_latency_seconds": Histogram(REQUEST_BUCKETS),
-            "vllm:request_queue_time_seconds": Histogram(REQUEST_BUCKETS),
-            "vllm:request_prefill_time_seconds": Histogram(REQUEST_BUCKETS),
-            "vllm:request_decode_time_seconds": Histogram(REQUEST_BUCKETS),
-            "vllm:request_inference_time_seconds": Histogram(REQUEST_BUCKETS),
-            "vllm:request_prompt_tokens": Histogram(TOKEN_BUCKETS),
-            "vllm:request_generation_tokens": Histogram(TOKEN_BUCKETS),
+        own = {
+            "vllm:time_to_first_token_seconds": TTFT_BUCKETS,
+            self.itl_name: ITL_BUCKETS,
+            **dict.fromkeys(
+                ("vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds"), REQUEST_BUCKETS
+            ),
+            "vllm:request_prefill_time_seconds": REQUEST_BUCKETS,
+            "vllm:request_decode_time_seconds": REQUEST_BUCKETS,
+            "vllm:request_inference_time_seconds": REQUEST_BUCKETS,
+            "vllm:request_prompt_tokens": TOKEN_BUCKETS,
+            "vllm:request_generation_tokens": TOKEN_BUCKETS,
         }
         if not legacy:
-            self.hist["vllm:request_time_per_output_token_seconds"] = Histogram(ITL_BUCKETS)
+            own["vllm:request_time_per_output_token_seconds"] = ITL_BUCKETS
+        self.hist = {name: Histogram(dialects.bounds(spec.dialect, name, b)) for name, b in own.items()}
         self.counters = {
             "vllm:prompt_tokens": 0.0,
             "vllm:generation_tokens": 0.0,
@@ -190,6 +124,7 @@ class Recorder:
         self.prefill_busy = 0.0
         self.decode_busy = 0.0
         self.stats_prompt = 0.0
+        self.stats_prompt_reqs = 0.0
         self.stats_gen = 0.0
         self.cpu = np.zeros((8, 4))  # cpu x (user, system, idle, iowait) seconds
         self.net = [0.0, 0.0]
@@ -242,6 +177,7 @@ class Recorder:
         self.counters["vllm:prompt_tokens"] += prompt
         self.counters["vllm:generation_tokens"] += generated
         self.stats_prompt += prompt
+        self.stats_prompt_reqs += 1
         self.stats_gen += generated
         reason = "length" if generated >= self.spec.output.cap else "stop"
         self.success[reason] += 1
@@ -305,6 +241,9 @@ class Recorder:
 
     def _scrape_vllm(self, t: float) -> None:
         if not self.up:
+            return
+        if self.spec.dialect != "vllm":
+            dialects.scrape(self, t)
             return
         base = {"engine": "0", "model_name": self.spec.model}
         ts = self.spec.start.timestamp() + t
@@ -543,16 +482,19 @@ class Recorder:
             return
         running, waiting, kv = self.state
         dt = self.spec.stats_interval_s
-        self._log(
-            t,
-            "INFO",
-            "loggers.py:123",
-            f"Engine 000: Avg prompt throughput: {self.stats_prompt / dt:.1f} tokens/s, "
-            f"Avg generation throughput: {self.stats_gen / dt:.1f} tokens/s, Running: {running} reqs, "
-            f"Waiting: {waiting} reqs, GPU KV cache usage: {100 * kv:.1f}%, "
-            f"Prefix cache hit rate: {100 * self.stats_hits / self.stats_queries if self.stats_queries else 0:.1f}%",
-        )
-        self.stats_prompt = self.stats_gen = 0.0
+        if self.spec.dialect != "vllm":
+            dialects.stats_line(self, t)
+        else:
+            self._log(
+                t,
+                "INFO",
+                "loggers.py:123",
+                f"Engine 000: Avg prompt throughput: {self.stats_prompt / dt:.1f} tokens/s, "
+                f"Avg generation throughput: {self.stats_gen / dt:.1f} tokens/s, Running: {running} reqs, "
+                f"Waiting: {waiting} reqs, GPU KV cache usage: {100 * kv:.1f}%, "
+                f"Prefix cache hit rate: {100 * self.stats_hits / self.stats_queries if self.stats_queries else 0:.1f}%",
+            )
+        self.stats_prompt = self.stats_gen = self.stats_prompt_reqs = 0.0
         self.stats_queries = self.stats_hits = 0.0
 
     def _oom_traceback(self, t: float) -> None:
@@ -577,6 +519,9 @@ class Recorder:
 
     def _startup_logs(self, t: float, version: str, cfg: EngineConfig) -> None:
         spec = self.spec
+        if spec.dialect != "vllm":
+            dialects.startup_logs(self, t, version, cfg)
+            return
         self._log(t, "INFO", "api_server.py:1875", f"vLLM API server version {spec.vllm_version}")
         self._log(t, "INFO", "api_server.py:1876", f"service {spec.service} release {version}")
         tokens = cfg.max_num_batched_tokens if cfg.chunked_prefill else cfg.max_prefill_tokens

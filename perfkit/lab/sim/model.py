@@ -109,6 +109,7 @@ class ScenarioSpec:
     slo: dict[str, float] = field(default_factory=dict)
     vllm_version: str = "0.10.1"
     legacy_metric_names: bool = False  # emit the older vLLM names (gpu_cache_usage_perc ...)
+    dialect: str = "vllm"  # the engine whose names and log lines tell it (perfkit.lab.sim.dialects)
     scrape_interval_s: float = 15.0
     stats_interval_s: float = 10.0
     answer: dict[str, object] = field(default_factory=dict)

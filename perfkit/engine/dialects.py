@@ -1,0 +1,236 @@
+"""Each serving engine's names for the signals perfkit reads: one catalogue, every engine's dialect.
+
+A *signal* is what an analysis wants (``ttft``, ``waiting``); a *dialect* is one engine's exporter,
+which names the signal its own way. :mod:`perfkit.engine.signals` resolves a signal to the first
+name a source has, engine by engine in :data:`DIALECTS` order (vLLM first, the frontends last: a
+Dynamo frontend in front of vLLM workers is read through the workers' own series when both are
+there). Within a dialect, the current name comes first and the names it replaced after it.
+
+Every name below was read in the engine's own source or documentation (the file and version beside
+each dialect; ``docs/engines.md`` has the whole table with types, units and buckets, and the
+engines' real ``/metrics`` examples recorded in ``tests/data/engines/`` are parsed against it by
+``tests/engine/test_dialects.py``). All latencies listed are histograms in seconds with Prometheus'
+``_bucket``/``_sum``/``_count``; KV usage is a fraction in [0, 1] in every dialect.
+
+What a dialect does not export is absent here, and :func:`lacks` says which server flag turns it
+on when one does (SGLang's token-length histograms need ``--collect-tokens-histogram``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One engine's exporter: its names for each signal, how to recognise it, where that came from."""
+
+    name: str  # the --engine value
+    title: str  # how a person names the engine
+    source: str  # the upstream file (and version) the names were read from
+    histograms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    gauges: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    counters: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: signal → what the engine lacks and how to get it ("" when no flag helps)
+    flags: dict[str, str] = field(default_factory=dict)
+    #: info metrics whose labels carry the engine's settings
+    info: tuple[str, ...] = ()
+
+    def families(self) -> frozenset[str]:
+        """Every sample name of this dialect in the catalogue (histograms with their suffixes)."""
+        names = {f"{b}{s}" for bases in self.histograms.values() for b in bases for s in _SUFFIXES}
+        names |= {n for group in (self.gauges, self.counters) for ns in group.values() for n in ns}
+        return frozenset(names | set(self.info))
+
+    def recognise(self) -> tuple[str, ...]:
+        """Sample names whose presence says this engine served: its TTFT or E2E histogram's
+        ``_count``, its running gauge, its success counter (whichever it has)."""
+        out = [f"{b}_count" for sig in ("ttft", "e2e") for b in self.histograms.get(sig, ())]
+        out += [n for sig in ("running",) for n in self.gauges.get(sig, ())]
+        out += [n for sig in ("request_success",) for n in self.counters.get(sig, ())]
+        return tuple(out)
+
+
+_SUFFIXES = ("_bucket", "_sum", "_count")
+
+VLLM = Dialect(
+    "vllm",
+    "vLLM",
+    "vllm-project/vllm vllm/v1/metrics/loggers.py (0.10.1, 0.33.0) and vllm/engine/metrics.py (V0, 0.6.3)",
+    histograms={
+        "ttft": ("vllm:time_to_first_token_seconds",),
+        "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        "tpot": ("vllm:request_time_per_output_token_seconds",),
+        "e2e": ("vllm:e2e_request_latency_seconds",),
+        "queue": ("vllm:request_queue_time_seconds",),
+        "prefill": ("vllm:request_prefill_time_seconds",),
+        "decode": ("vllm:request_decode_time_seconds",),
+        "inference": ("vllm:request_inference_time_seconds",),
+        "prompt_tokens": ("vllm:request_prompt_tokens",),
+        "generation_tokens": ("vllm:request_generation_tokens",),
+    },
+    gauges={
+        "running": ("vllm:num_requests_running",),
+        "waiting": ("vllm:num_requests_waiting",),
+        "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    },
+    counters={
+        "prompt_tokens_total": ("vllm:prompt_tokens_total",),
+        "generation_tokens_total": ("vllm:generation_tokens_total",),
+        "request_success": ("vllm:request_success_total",),
+        "preemptions": ("vllm:num_preemptions_total",),
+        "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    },
+    info=("vllm:cache_config_info",),
+)
+
+SGLANG = Dialect(
+    "sglang",
+    "SGLang",
+    "sgl-project/sglang python/sglang/srt/metrics/collector.py (00ae9c1, 2026) and "
+    "docs/references/production_metrics.md; exported with --enable-metrics",
+    histograms={
+        "ttft": ("sglang:time_to_first_token_seconds",),
+        # the per-token interval; SGLang before 0.4.7 called it time_per_output_token_seconds
+        "itl": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+        "e2e": ("sglang:e2e_request_latency_seconds",),
+        "queue": ("sglang:queue_time_seconds",),
+        "prompt_tokens": ("sglang:prompt_tokens_histogram",),
+        "generation_tokens": ("sglang:generation_tokens_histogram",),
+    },
+    gauges={
+        "running": ("sglang:num_running_reqs",),
+        "waiting": ("sglang:num_queue_reqs",),
+        "kv_cache_usage": ("sglang:token_usage",),  # used / max_total_num_tokens of the KV pool
+    },
+    counters={
+        "prompt_tokens_total": ("sglang:prompt_tokens_total",),
+        "generation_tokens_total": ("sglang:generation_tokens_total",),
+        "request_success": ("sglang:num_requests_total",),  # every finished request, aborted ones too
+        "request_aborted": ("sglang:num_aborted_requests_total",),
+        "preemptions": ("sglang:num_retracted_requests_total",),  # a retraction is SGLang's preemption
+        "prefix_cache_queries": ("sglang:prompt_tokens_total",),  # every prompt token is looked up
+        "prefix_cache_hits": ("sglang:cached_tokens_total",),
+    },
+    flags={
+        "prompt_tokens": "SGLang exports its prompt-length histogram only with --collect-tokens-histogram",
+        "generation_tokens": "SGLang exports its output-length histogram only with --collect-tokens-histogram",
+        "prefill": "SGLang exports no per-request prefill-time histogram (TTFT less queue time stands in)",
+        "decode": "SGLang exports no per-request decode-time histogram (E2E less TTFT stands in)",
+        "tpot": "SGLang exports no per-request TPOT histogram (its inter-token latency stands in)",
+    },
+)
+
+TRTLLM = Dialect(
+    "trtllm",
+    "TensorRT-LLM",
+    "NVIDIA/TensorRT-LLM tensorrt_llm/metrics/collector.py (050f80d, 2026: trtllm_ prefix); "
+    "Dynamo's docs/backends/trtllm/prometheus.md for 1.1.0rc5 (five metrics) and the older trtllm: prefix",
+    histograms={
+        "ttft": ("trtllm_time_to_first_token_seconds", "trtllm:time_to_first_token_seconds"),
+        "tpot": ("trtllm_time_per_output_token_seconds", "trtllm:time_per_output_token_seconds"),
+        "e2e": ("trtllm_e2e_request_latency_seconds", "trtllm:e2e_request_latency_seconds"),
+        "queue": ("trtllm_request_queue_time_seconds", "trtllm:request_queue_time_seconds"),
+        "prefill": ("trtllm_request_prefill_time_seconds",),
+        "decode": ("trtllm_request_decode_time_seconds",),
+        "inference": ("trtllm_request_inference_time_seconds",),
+    },
+    gauges={
+        "running": ("trtllm_num_requests_running",),
+        "waiting": ("trtllm_num_requests_waiting",),
+        "kv_cache_usage": ("trtllm_kv_cache_utilization",),
+    },
+    counters={
+        "prompt_tokens_total": ("trtllm_prompt_tokens_total",),
+        "generation_tokens_total": ("trtllm_generation_tokens_total",),
+        "request_success": ("trtllm_request_success_total", "trtllm:request_success_total"),
+        "prefix_cache_queries": ("trtllm_prompt_tokens_total",),
+        "prefix_cache_hits": ("trtllm_prompt_cached_tokens_total",),
+    },
+    flags={
+        "itl": "trtllm-serve exports no inter-token histogram (its per-request TPOT stands in)",
+        "preemptions": "trtllm-serve exports no preemption counter",
+        "running": "trtllm-serve before the iteration metrics (1.1, 1.2) exports no running gauge",
+        "waiting": "trtllm-serve before the iteration metrics (1.1, 1.2) exports no waiting gauge",
+        "kv_cache_usage": "trtllm-serve before the iteration metrics (1.1, 1.2) exports no KV-cache usage",
+        "prompt_tokens": "trtllm-serve exports no prompt-length histogram",
+        "generation_tokens": "trtllm-serve exports no output-length histogram",
+    },
+    info=("trtllm_kv_cache_config_info",),
+)
+
+DYNAMO = Dialect(
+    "dynamo",
+    "NVIDIA Dynamo (frontend)",
+    "ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs and docs/observability/metrics.md",
+    histograms={
+        "ttft": ("dynamo_frontend_time_to_first_token_seconds",),
+        "itl": ("dynamo_frontend_inter_token_latency_seconds",),
+        "e2e": ("dynamo_frontend_request_duration_seconds",),
+        "prompt_tokens": ("dynamo_frontend_input_sequence_tokens",),
+        "generation_tokens": ("dynamo_frontend_output_sequence_tokens",),
+    },
+    gauges={
+        "running": ("dynamo_frontend_inflight_requests",),
+        "waiting": ("dynamo_frontend_queued_requests",),
+    },
+    counters={"request_success": ("dynamo_frontend_requests_total",)},
+    flags={"kv_cache_usage": "the Dynamo frontend exports no KV usage: scrape the workers' engine metrics"},
+)
+
+TGI = Dialect(
+    "tgi",
+    "Hugging Face TGI",
+    "huggingface/text-generation-inference docs/source/reference/metrics.md (router/src, 3.x)",
+    histograms={
+        "e2e": ("tgi_request_duration",),
+        "queue": ("tgi_request_queue_duration",),
+        "inference": ("tgi_request_inference_duration",),
+        "tpot": ("tgi_request_mean_time_per_token_duration",),
+        "prompt_tokens": ("tgi_request_input_length",),
+        "generation_tokens": ("tgi_request_generated_tokens",),
+    },
+    gauges={"running": ("tgi_batch_current_size",), "waiting": ("tgi_queue_size",)},
+    counters={"request_success": ("tgi_request_success",)},
+    flags={"ttft": "TGI exports no time-to-first-token histogram"},
+)
+
+#: the engines, in the order a signal is looked for
+DIALECTS: tuple[Dialect, ...] = (VLLM, SGLANG, TRTLLM, DYNAMO, TGI)
+BY_NAME = {d.name: d for d in DIALECTS}
+
+
+def names(kind: str, signal: str) -> tuple[str, ...]:
+    """Every engine's names for ``signal`` (``kind``: histograms, gauges or counters), in lookup order."""
+    out: list[str] = []
+    for d in DIALECTS:
+        for n in getattr(d, kind).get(signal, ()):
+            if n not in out:
+                out.append(n)
+    return tuple(out)
+
+
+def dialect_of(metric: str) -> Dialect | None:
+    """The engine a catalogue name belongs to (None for a name no dialect lists)."""
+    base = metric.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+    for d in DIALECTS:
+        fams = d.families()
+        if metric in fams or f"{base}_count" in fams:
+            return d
+    return None
+
+
+def is_legacy(d: Dialect, metric: str) -> bool:
+    """Whether ``metric`` is an older name of its signal in dialect ``d``."""
+    for group in (d.histograms, d.gauges, d.counters):
+        for names_ in group.values():
+            if metric in names_[1:]:
+                return True
+    return False
+
+
+def lacks(engine: str, signal: str) -> str | None:
+    """What ``engine`` says about a signal it does not export (the flag that turns it on), or None."""
+    d = BY_NAME.get(engine)
+    return d.flags.get(signal) if d else None

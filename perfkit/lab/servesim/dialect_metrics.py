@@ -1,0 +1,205 @@
+"""The live simulator told in SGLang's or TensorRT-LLM's own words (``dialect: sglang | trtllm`` in the
+engine config): the same engine, its ``/metrics`` and its log lines as that engine writes them.
+
+The names, types, buckets and labels are the recorded simulator's tables
+(:mod:`perfkit.lab.sim.dialects`, each with its upstream source), so a live drill and a recorded one
+in the same dialect export the same families; the vLLM histograms of :class:`.metrics.EngineMetrics`
+are kept under their vLLM names and renamed here (their buckets are the dialect's from the start,
+:func:`bounds`).
+
+``sglang``
+    ``sglang:*`` with ``--enable-metrics``: TTFT, inter-token latency, E2E and queue time with SGLang's
+    buckets; ``num_running_reqs``, ``num_queue_reqs``, ``token_usage``; the counters of prompt,
+    generation and cached tokens, finished (``num_requests``: not aborted), aborted (the engine's
+    drops and the clients that left) and retracted (preempted) requests. Labels ``model_name``,
+    ``engine_type="unified"``, ``tp_rank="0"``, ``pp_rank="0"``. The log: the scheduler's
+    ``Prefill batch.`` / ``Decode batch.`` lines, one of each per stats interval with the interval's
+    totals, in SGLang's record format ``[YYYY-mm-dd HH:MM:SS TP0] message``, and the start-up
+    ``server_args=ServerArgs(...)`` line (abridged to the fields that decide latency).
+``trtllm``
+    ``trtllm-serve``'s ``trtllm_*``: TTFT, per-request TPOT, E2E, queue, prefill, decode and inference
+    time; the running, waiting and KV-utilisation gauges; prompt, generation and cached prompt tokens;
+    ``trtllm_request_success_total{finished_reason}`` and ``trtllm_kv_cache_config_info``. Labels
+    ``model_name``, ``engine_type="trtllm"``. No periodic stats line (its iteration log is off by
+    default): the launcher's echo of the ``trtllm-serve serve`` command carries the settings.
+
+In every dialect the GPU (DCGM) series and ``build_info`` stay as they are (:mod:`.metrics`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
+
+from perfkit.lab.sim.dialects import COUNTERS, GAUGES, HISTOGRAMS, LABELS, bounds
+
+if TYPE_CHECKING:
+    from perfkit.lab.serve_clock import Histogram
+    from perfkit.lab.servesim.config import SimConfig
+
+__all__ = ["bounds", "exposition", "labels", "sglang_record", "sglang_stats", "startup_lines"]
+
+#: help texts as the engines write them (tests/data/engines/: SGLang's docs and a trtllm-serve scrape);
+#: a name not listed gets ``"<name>."``, as the recorded simulator writes it
+HELP = {
+    "sglang:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "sglang:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "sglang:e2e_request_latency_seconds": "Histogram of End-to-end request latency in seconds",
+    "sglang:queue_time_seconds": "Histogram of queueing time in seconds.",
+    "sglang:num_running_reqs": "The number of running requests.",
+    "sglang:num_queue_reqs": "The number of requests in the waiting queue.",
+    "sglang:token_usage": "The token usage.",
+    "sglang:prompt_tokens": "Number of prefill tokens processed.",
+    "sglang:generation_tokens": "Number of generation tokens processed.",
+    "sglang:num_requests": "Number of requests processed.",
+    "trtllm_time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "trtllm_time_per_output_token_seconds": "Histogram of time per output token in seconds.",
+    "trtllm_e2e_request_latency_seconds": "Histogram of end to end request latency in seconds.",
+    "trtllm_request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
+    "trtllm_request_success": "Count of successfully processed requests.",
+    "trtllm_kv_cache_config_info": "KV cache configuration info",
+}
+
+
+class Out(Protocol):
+    """What the exposition writes to (:class:`.metrics.Exposition`)."""
+
+    def family(self, name: str, kind: str, help_: str, samples: Iterable[str]) -> None: ...
+
+
+class Engine(Protocol):
+    """What the exposition reads (:class:`.metrics.EngineMetrics`)."""
+
+    cfg: SimConfig
+    hist: dict[str, Histogram]
+    counters: dict[str, float]
+    success: dict[str, int]
+    running: int
+    waiting: int
+    kv_usage: float
+    client_aborts: int
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def labels(pairs: dict[str, object]) -> str:
+    """The Prometheus text format's label list (``a="1",b="2"``), values escaped."""
+    return ",".join(f'{key}="{_label(value)}"' for key, value in pairs.items())
+
+
+def _help(name: str) -> str:
+    return HELP.get(name, f"{name}.")
+
+
+def _sample(name: str, pairs: dict[str, object], value: float) -> str:
+    return f"{name}{{{labels(pairs)}}} {float(value)!r}"
+
+
+def exposition(m: Engine, out: Out) -> None:
+    """The engine's series under the dialect's names (``m.cfg.dialect``: sglang or trtllm)."""
+    dialect = m.cfg.dialect
+    base: dict[str, object] = {"model_name": m.cfg.served_model_name, **LABELS[dialect]}
+    run_name, wait_name, kv_name, success = GAUGES[dialect]
+    for name, value in ((run_name, m.running), (wait_name, m.waiting), (kv_name, m.kv_usage)):
+        if name is not None:
+            out.family(name, "gauge", _help(name), [_sample(name, base, value)])
+    for own, name in COUNTERS[dialect].items():
+        out.family(f"{name}_total", "counter", _help(name), [_sample(f"{name}_total", base, m.counters[own])])
+    if dialect == "sglang":  # finished requests in one counter, aborted ones in their own
+        done = sum(m.success.values()) - m.success["abort"]
+        out.family(f"{success}_total", "counter", _help(success), [_sample(f"{success}_total", base, done)])
+        aborted = "sglang:num_aborted_requests_total"
+        value = m.success["abort"] + m.client_aborts
+        out.family(aborted, "counter", "Number of requests aborted.", [_sample(aborted, base, value)])
+    else:
+        rows = [
+            _sample(f"{success}_total", {**base, "finished_reason": why}, n) for why, n in m.success.items()
+        ]
+        out.family(f"{success}_total", "counter", _help(success), rows)
+        info = "trtllm_kv_cache_config_info"
+        pairs = {**base, "enable_block_reuse": str(m.cfg.enable_prefix_caching).lower()}
+        pairs["tokens_per_block"] = str(m.cfg.block_size)
+        out.family(info, "gauge", _help(info), [_sample(info, pairs, 1)])
+    text = labels(base)
+    for own, (name, _) in HISTOGRAMS[dialect].items():
+        out.family(name, "histogram", _help(name), m.hist[own].lines(name, text))
+
+
+# -- log lines -------------------------------------------------------------------------------------
+
+
+def sglang_record(when: float, message: str) -> str:
+    """SGLang's log record (sglang/srt/utils ``configure_logger``: ``[%(asctime)s TP0] %(message)s``)
+    at UNIX second ``when``, in UTC."""
+    stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"[{stamp} TP0] {message}"
+
+
+def sglang_stats(
+    cfg: SimConfig,
+    state: tuple[int, int, float],
+    prompt: int,
+    prompt_reqs: int,
+    hits: int,
+    generation: int,
+    interval: float,
+) -> list[str]:
+    """SGLang's scheduler lines for one stats interval (the messages, without the record prefix):
+    ``Prefill batch.`` when prompts were prefilled, then ``Decode batch.``; fields in
+    :func:`perfkit.lab.sim.dialects.stats_line`'s order and format. ``state`` is (running, waiting,
+    KV usage)."""
+    running, waiting, kv = state
+    used = int(kv * cfg.kv_capacity_tokens())
+    lines = []
+    if prompt:
+        lines.append(
+            f"Prefill batch. #new-seq: {max(1, prompt_reqs)}, "
+            f"#new-token: {max(0, prompt - hits)}, #cached-token: {hits}, token usage: {kv:.2f}, "
+            f"#running-req: {running}, #queue-req: {waiting}"
+        )
+    lines.append(
+        f"Decode batch. #running-req: {running}, #token: {used}, token usage: {kv:.2f}, "
+        f"gen throughput (token/s): {generation / interval:.2f}, #queue-req: {waiting}"
+    )
+    return lines
+
+
+def startup_lines(cfg: SimConfig, when: float) -> list[str]:
+    """What a non-vLLM engine prints when it starts, whole records: SGLang its ``server_args`` line and
+    its ready line; trtllm-serve's launcher its command line (``--enable_chunked_prefill`` only when
+    on), as :func:`perfkit.lab.sim.dialects.startup_logs` writes them, from this engine's settings."""
+    name, path = cfg.served_model_name, cfg.model.name
+    mem = f"{cfg.gpu_memory_utilization:g}"
+    if cfg.dialect == "sglang":
+        chunk = cfg.max_num_batched_tokens if cfg.enable_chunked_prefill else -1
+        args = (
+            f"server_args=ServerArgs(model_path='{path}', tokenizer_path='{path}', "
+            f"tokenizer_mode='auto', skip_tokenizer_init=False, load_format='auto', trust_remote_code=False, "
+            f"dtype='auto', kv_cache_dtype='{cfg.kv_cache_dtype}', quantization=None, "
+            f"context_length={cfg.max_model_len}, device='cuda', "
+            f"served_model_name='{name}', chat_template=None, is_embedding=False, revision=None, "
+            f"host='0.0.0.0', port=30000, mem_fraction_static={mem}, max_running_requests={cfg.max_num_seqs}, "
+            f"max_total_tokens=None, chunked_prefill_size={chunk}, "
+            f"max_prefill_tokens={cfg.max_num_batched_tokens}, "
+            f"schedule_policy='fcfs', schedule_conservativeness=1.0, cpu_offload_gb=0, "
+            f"tp_size={cfg.tensor_parallel_size}, stream_interval=1, random_seed=0, log_level='info', "
+            f"enable_metrics=True, decode_log_interval=40, "
+            f"disable_radix_cache={not cfg.enable_prefix_caching}, enable_mixed_chunk=False)"
+        )
+        return [
+            sglang_record(when, args),
+            sglang_record(when + 0.4, "The server is fired up and ready to roll!"),
+        ]
+    if cfg.dialect != "trtllm":
+        return []
+    stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    chunked = " --enable_chunked_prefill" if cfg.enable_chunked_prefill else ""
+    return [
+        f"{stamp} launcher: exec trtllm-serve serve {name} --backend pytorch --host 0.0.0.0 "
+        f"--port 8000 --tp_size {cfg.tensor_parallel_size} --max_batch_size {cfg.max_num_seqs} "
+        f"--max_num_tokens {cfg.max_num_batched_tokens} "
+        f"--kv_cache_free_gpu_memory_fraction {mem}{chunked}"
+    ]

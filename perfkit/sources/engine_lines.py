@@ -1,0 +1,68 @@
+"""Other serving engines' log lines, as :mod:`perfkit.sources.log_lines` reads them (issue 24).
+
+**SGLang's scheduler lines** (sgl-project/sglang ``python/sglang/srt/managers/scheduler_metrics_mixin.py``,
+``log_prefill_stats`` and ``log_decode_stats``; the record prefix is SGLang's ``[%Y-%m-%d %H:%M:%S TP0]``,
+a timestamp :func:`~perfkit.sources.log_lines._leading_ts` reads)::
+
+    Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0
+    Decode batch. #running-req: 1, #token: 45, token usage: 0.00, gen throughput (token/s): 5.81, #queue-req: 0
+
+Newer SGLang writes ``Prefill batch,`` / ``Decode batch,`` and more fields between these (``cuda graph:
+True``, ``#retracted-req``, ``pre-allocated usage``, ``#transfer-req`` ...): the fields are read by name,
+in any order, and the unknown ones skipped. A decode line becomes a stats row (``running``,
+``waiting`` from ``#queue-req``, KV usage from ``token usage``, generation throughput); a prefill line
+one with its running and waiting counts and KV usage (no throughput: SGLang states none for prefills).
+
+**trtllm-serve's command line**: a launcher's echo of ``trtllm-serve serve MODEL --max_batch_size 64
+--max_num_tokens 8192 --kv_cache_free_gpu_memory_fraction 0.9 --enable_chunked_prefill`` (flag names:
+NVIDIA/TensorRT-LLM ``tensorrt_llm/commands/serve.py``), read by :mod:`perfkit.sources.engine_config`.
+"""
+
+from __future__ import annotations
+
+import re
+
+SGLANG_ARGS = "server_args=ServerArgs("  # SGLang's start-up line (sglang/srt/entrypoints/http_server.py)
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf)"
+_BATCH = re.compile(r"\b(Prefill|Decode) batch[.,] ")
+_FIELD = re.compile(rf"(#[a-z-]{{1,32}}|token usage|gen throughput \(token/s\)): ({_NUM})")
+_MAX_REQS = 10**7  # far above any engine's batch or queue (SGLang's max_running_requests: thousands)
+_MAX_FIELDS = 32  # SGLang's lines hold about a dozen
+_TRTLLM_FLAG = re.compile(
+    r"--(?:max[-_]batch[-_]size|max[-_]num[-_]tokens|kv[-_]cache[-_]free[-_]gpu[-_]memory[-_]fraction"
+    r"|enable[-_]chunked[-_]prefill)\b"
+)
+
+
+def sglang_stats(text: str) -> tuple[str, float | None, float | None, int, int, float | None] | None:
+    """(batch kind, prompt tokens/s, generation tokens/s, running, waiting, KV usage) of one SGLang
+    scheduler line, or None when ``text`` is not one (or lacks its running and queue counts)."""
+    m = _BATCH.search(text, 0, 4096)
+    if m is None:
+        return None
+    fields: dict[str, float] = {}
+    for k, f in enumerate(_FIELD.finditer(text, m.end(), m.end() + 2048)):
+        if k >= _MAX_FIELDS:
+            break
+        try:
+            fields.setdefault(f[1], float(f[2]))
+        except ValueError:
+            continue
+    running, waiting = fields.get("#running-req"), fields.get("#queue-req")
+    if running is None or waiting is None or not (0 <= running <= _MAX_REQS and 0 <= waiting <= _MAX_REQS):
+        return None  # nan and inf fail the comparison too
+    usage = fields.get("token usage")
+    gen = fields.get("gen throughput (token/s)") if m[1] == "Decode" else None
+    return (
+        m[1].lower(),
+        None,
+        gen,
+        int(running),
+        int(waiting),
+        usage if usage is not None and 0 <= usage <= 1.5 else None,
+    )
+
+
+def is_trtllm_launch(text: str) -> bool:
+    """A command line that starts ``trtllm-serve`` and sets one of the settings perfkit reads."""
+    return "trtllm-serve" in text and "[--" not in text and _TRTLLM_FLAG.search(text, 0, 65536) is not None
