@@ -234,3 +234,20 @@ def lacks(engine: str, signal: str) -> str | None:
     """What ``engine`` says about a signal it does not export (the flag that turns it on), or None."""
     d = BY_NAME.get(engine)
     return d.flags.get(signal) if d else None
+
+
+#: the fix for a setting, in each engine's own knobs (vLLM's engine arguments, SGLang's server arguments,
+#: trtllm-serve's flags); ``{now}`` is the value in force when the engine's logs said it
+KNOBS: dict[str, dict[str, str]] = {
+    "chunked_prefill": {
+        "vllm": "vLLM: --enable-chunked-prefill --max-num-batched-tokens 2048 (now {now})",
+        "sglang": "SGLang: --chunked-prefill-size 4096 (now {now})",
+        "trtllm": "trtllm-serve: --enable_chunked_prefill with --max_num_tokens 8192 (now {now})",
+    },
+}
+
+
+def knob(setting: str, engine: str | None, now: object) -> str | None:
+    """The fix for ``setting`` in ``engine``'s own words (None when perfkit knows no knob for it)."""
+    text = KNOBS.get(setting, {}).get(engine or "vllm")
+    return text.format(now=now) if text else None

@@ -112,6 +112,15 @@ def _prompt_histogram_missing(ev: Evidence) -> str:
     )
 
 
+def _chunked_now(ev: Evidence) -> str:
+    """How the engine's own settings say chunked prefill is off (SGLang: its chunk size of -1)."""
+    if ev.serving_engine == "sglang":
+        return "chunked_prefill_size=-1"
+    if ev.serving_engine == "trtllm":
+        return "no --enable_chunked_prefill"
+    return "enable_chunked_prefill=False"
+
+
 def _long_arrivals(it: Any) -> str:
     if it.long_threshold_tokens is None:  # read through the prompt-token counter (evidence.interference)
         return "the prompt tokens arriving (no prompt-length histogram: its counter)"
@@ -185,7 +194,9 @@ def verify_tail(ev: Evidence) -> Verification:
             decided = all_of(calm, mechanism, negate(unrelated))
         why += f" while {calm_text(load, waiting, kv)}"
         if ev.chunked_prefill is False:
-            why += "; the engine runs with enable_chunked_prefill=False"
+            now = _chunked_now(ev)
+            why += f"; the engine runs without chunked prefill ({now}). Fix: "
+            why += dialects.knob("chunked_prefill", ev.serving_engine, now) or "enable chunked prefill"
         return Verification("confirmed", why, numbers, cuts_of(decided))
     why = f"long prompts and ITL stalls correlate (r={it.correlation:.2f})"
     if saturated:
