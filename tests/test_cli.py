@@ -24,7 +24,7 @@ def test_triage_json_contract():
     doc = json.loads(res.output)
     # DESIGN.md §5's keys, plus the workload scope, the workloads found and the span judged (issue 9),
     # and the serving engine whose series answered (issue 24)
-    assert doc["engine"] == "vllm"
+    assert doc["engine"] == {"name": "vllm", "title": "vLLM", "version": "0.8.5"}  # its logs say 0.8.5
     assert set(doc) == {
         "engine",
         "incident",

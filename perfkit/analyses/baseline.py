@@ -181,7 +181,26 @@ def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict
         "kv_cache_usage_avg": S.gauge_stat(engine, "kv_cache_usage", window, "avg", queries, combine="max"),
         "kv_cache_usage_max": S.gauge_stat(engine, "kv_cache_usage", window, "max", queries, combine="max"),
     }
+    _littles_law(engine, window, queries, rates)
     return qs, rates, firsts
+
+
+LITTLE = (
+    "waiting_avg = request rate x mean queue time (Little's law): the engine exports no waiting gauge "
+    "(trtllm-serve before its iteration metrics, TGI's queue gauge absent)"
+)
+
+
+def _littles_law(engine, window: Window, queries: list[str], rates: dict) -> None:
+    """An engine without a waiting gauge still says how long requests queued and how many arrived:
+    over a window, the mean number waiting is the arrival rate times the mean wait (Little's law,
+    exact for any queue in steady state; the window's mean, not its peak, so ``waiting_max`` stays
+    unknown)."""
+    if rates["waiting_avg"] is not None or S.resolve(engine, "waiting").found:
+        return
+    lam, wait = rates["requests_per_s"], S.window_mean(engine, "queue", window, queries)
+    if lam is not None and wait is not None:
+        rates["waiting_avg"] = lam * wait
 
 
 def _hit_rate(engine, window: Window, queries: list[str]) -> float | None:
@@ -192,7 +211,9 @@ def _hit_rate(engine, window: Window, queries: list[str]) -> float | None:
 
 
 def _error_rate(engine, window: Window, queries: list[str]) -> float | None:
-    total = None
+    """Aborted and failed requests per second: vLLM's and trtllm-serve's ``finished_reason`` of the
+    success counter, SGLang's own counter of aborted requests."""
+    total = S.counter_rate(engine, "request_aborted", window, queries)
     for reason in ("abort", "error"):
         v = S.counter_rate(engine, "request_success", window, queries, finished_reason=reason)
         if v is not None:
@@ -248,6 +269,8 @@ def compare(engine, window: Window, baseline: Window | None, slo: dict[str, floa
     for sig in ("ttft", "itl", "e2e"):
         if all(v is None for v in inc_q.get(sig, {None: None}).values()):
             missing.append(f"baseline: no {sig} histogram in the incident window")
+    if inc_r.get("waiting_avg") is not None and not S.resolve(engine, "waiting").found:
+        missing.append(f"baseline: {LITTLE}")
     return BaselineComparison(
         window,
         baseline,

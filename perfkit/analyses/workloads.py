@@ -1,9 +1,11 @@
-"""Which workloads the evidence holds: the models a fleet's vLLM servers serve and the training jobs,
-with their series counts, hosts and traffic, and the ``--scope`` that selects each.
+"""Which workloads the evidence holds: the models a fleet's serving engines serve (vLLM, SGLang,
+TensorRT-LLM, Dynamo, TGI: :mod:`perfkit.engine.dialects`) and the training jobs, with their series
+counts, hosts and traffic, and the ``--scope`` that selects each.
 
-A workload is a serving model (``model_name``, the label vLLM puts on every series; ``job`` where a
-server has none) or a training job (``job``). Replicas of one model on several hosts are one
-workload. Engine-agnostic: a bundle's local engine and a live Prometheus answer the same queries.
+A workload is a serving model (``model_name``, the label vLLM, SGLang and TensorRT-LLM put on every
+series; ``job`` where a server has none) on one engine, or a training job (``job``). Replicas of one
+model on several hosts are one workload; the same model on two engines is two. Engine-agnostic: a
+bundle's local engine and a live Prometheus answer the same queries.
 """
 
 from __future__ import annotations
@@ -15,15 +17,22 @@ from typing import Any
 from perfkit.core.frames import Window
 from perfkit.core.incident import Incident
 from perfkit.core.scope import HOST_LABELS, escape, host_keys
-from perfkit.engine import ops
+from perfkit.engine import dialects, ops
 from perfkit.engine import signals as S
 from perfkit.errors import PerfkitError
 
-#: families that say a workload exists (first found is counted), with the traffic counter beside it
-SERVING = ("vllm:num_requests_running", "vllm:e2e_request_latency_seconds_count")
-SERVING_TRAFFIC = ("vllm:e2e_request_latency_seconds_count", "vllm:request_success_total")
+#: families that say a training job exists (first found is counted), with its traffic counters
 TRAINING = ("train_step_duration_seconds", "train_loss")
 TRAINING_TRAFFIC = ("train_tokens_total", "train_samples_total")
+
+
+def serving_marks(d: dialects.Dialect) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """An engine's (marks, traffic counters): its running gauge or request histograms' ``_count``, and
+    what counts its requests."""
+    counts = tuple(f"{b}_count" for sig in ("e2e", "ttft") for b in d.histograms.get(sig, ()))
+    return d.gauges.get("running", ()) + counts, counts + d.counters.get("request_success", ())
+
+
 IDENTITY = ("model_name", "job")  # the label that names a serving workload, in order of preference
 
 
@@ -36,6 +45,7 @@ class Workload:
     hosts: list[str] = field(default_factory=list)
     traffic: float | None = None
     traffic_unit: str = ""
+    engine: str | None = None  # the serving engine (perfkit.engine.dialects); None for training
 
     @property
     def scope(self) -> str:
@@ -51,6 +61,7 @@ class Workload:
             "traffic": self.traffic,
             "traffic_unit": self.traffic_unit,
             "scope": self.scope,
+            "engine": self.engine,
         }
 
 
@@ -59,13 +70,19 @@ def describe(workload: Mapping[str, Any]) -> str:
     traffic = workload.get("traffic")
     rate = f"{traffic:.3g} {workload.get('traffic_unit', '')}" if traffic is not None else "no traffic"
     hosts = ", ".join(workload.get("hosts") or []) or "?"
-    return f"{workload.get('kind')}, {workload.get('series')} series, {rate}, hosts {hosts}"
+    d = dialects.BY_NAME.get(str(workload.get("engine")))
+    kind = f"{workload.get('kind')} on {d.title}" if d else workload.get("kind")
+    return f"{kind}, {workload.get('series')} series, {rate}, hosts {hosts}"
 
 
-def _families(kind: str) -> list[str]:
-    prefix = "vllm:" if kind == "serving" else "train_"
-    names = [n for names in (*S.GAUGES.values(), *S.COUNTERS.values()) for n in names if n.startswith(prefix)]
-    names += [f"{b}_count" for bases in S.HISTOGRAMS.values() for b in bases if b.startswith(prefix)]
+def _families(d: dialects.Dialect | None) -> list[str]:
+    """The catalogue's families of one engine (``d``) or of training jobs (None), histograms by ``_count``."""
+    if d is not None:
+        names = [n for group in (d.gauges, d.counters) for ns in group.values() for n in ns]
+        return sorted(set(names) | {f"{b}_count" for bases in d.histograms.values() for b in bases})
+    names = [
+        n for names in (*S.GAUGES.values(), *S.COUNTERS.values()) for n in names if n.startswith("train_")
+    ]
     return names
 
 
@@ -86,14 +103,16 @@ def window_has_samples(engine: S.Engine, window: Window, names: Iterable[str] | 
 
 def find_workloads(engine: S.Engine, window: Window) -> list[Workload]:
     """Every workload with series in ``window``, busiest first."""
-    found: dict[tuple[str, str, str], Workload] = {}
-    for kind, marks, traffic, unit in (
-        ("serving", SERVING, SERVING_TRAFFIC, "req/s"),
-        ("training", TRAINING, TRAINING_TRAFFIC, "tokens/s"),
-    ):
+    found: dict[tuple[str, str, str, str], Workload] = {}
+    groups: list[tuple[str, dialects.Dialect | None, tuple[str, ...], tuple[str, ...], str]] = [
+        ("serving", d, *serving_marks(d), "req/s") for d in dialects.DIALECTS
+    ]
+    groups.append(("training", None, TRAINING, TRAINING_TRAFFIC, "tokens/s"))
+    for kind, d, marks, traffic, unit in groups:
         mark = next((m for m in marks if engine.has(m)), None)
         if mark is None:
             continue
+        tag = d.name if d else ""
         rows = _count_by(engine, mark, (*IDENTITY, "instance", *HOST_LABELS), window)
         label = next(
             (lab for lab in (IDENTITY if kind == "serving" else ("job",)) if any(r.get(lab) for r in rows)),
@@ -103,19 +122,21 @@ def find_workloads(engine: S.Engine, window: Window) -> list[Workload]:
             continue
         for row in rows:
             value = str(row.get(label) or "")
-            w = found.setdefault((kind, label, value), Workload(kind, label, value, 0))
+            w = found.setdefault(
+                (kind, tag, label, value), Workload(kind, label, value, 0, engine=d.name if d else None)
+            )
             w.hosts = sorted(set(w.hosts) | host_keys(row))
-        for name in _families(kind):
+        for name in _families(d):
             if engine.has(name):
                 for row in _count_by(engine, name, (label,), window):
-                    key = (kind, label, str(row.get(label) or ""))
+                    key = (kind, tag, label, str(row.get(label) or ""))
                     if key in found:
                         found[key].series += int(row["value"])
         counter = next((c for c in traffic if engine.has(c)), None)
         if counter is not None:
             expr = ops.aggregate("sum", ops.rate(ops.Selector(counter), window.seconds), label)
             for row in engine.instant(expr, window.end).iter_rows(named=True):
-                key = (kind, label, str(row.get(label) or ""))
+                key = (kind, tag, label, str(row.get(label) or ""))
                 if key in found:
                     found[key].traffic = float(row["value"])
                     found[key].traffic_unit = (
@@ -147,7 +168,8 @@ def identify(engine: S.Engine, window: Window) -> Identity:
     under this one's numbers."""
     found: dict[str, str | None] = {}
     notes: list[str] = []
-    for what, marks, label in (("model", SERVING, MODEL_LABEL), ("GPU", GPU_MARKS, GPU_NAME_LABEL)):
+    every_engine = tuple(m for d in dialects.DIALECTS for m in serving_marks(d)[0])
+    for what, marks, label in (("model", every_engine, MODEL_LABEL), ("GPU", GPU_MARKS, GPU_NAME_LABEL)):
         mark = next((m for m in marks if engine.has(m)), None)
         seen = {str(r.get(label) or "") for r in _count_by(engine, mark, (label,), window)} if mark else set()
         values = sorted(v for v in seen if _is_name(v))

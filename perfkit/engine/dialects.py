@@ -19,6 +19,8 @@ on when one does (SGLang's token-length histograms need ``--collect-tokens-histo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,7 @@ def names(kind: str, signal: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+@cache
 def dialect_of(metric: str) -> Dialect | None:
     """The engine a catalogue name belongs to (None for a name no dialect lists)."""
     base = metric.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
@@ -219,6 +222,25 @@ def dialect_of(metric: str) -> Dialect | None:
         if metric in fams or f"{base}_count" in fams:
             return d
     return None
+
+
+class OnlyEngine:
+    """An engine (local or live) that shows only one serving engine's families (``--engine``): where a
+    Prometheus holds vLLM and SGLang servers, the rows read the chosen engine's names, not the first
+    found. Every other family (DCGM, node exporter, train_*) passes; everything else is the inner
+    engine's."""
+
+    def __init__(self, inner: Any, engine: str) -> None:
+        if engine not in BY_NAME:
+            raise ValueError(f"unknown serving engine {engine!r}: one of {', '.join(BY_NAME)}")
+        self.inner, self.only = inner, BY_NAME[engine]
+
+    def has(self, metric: str) -> bool:
+        d = dialect_of(metric)
+        return (d is None or d is self.only) and bool(self.inner.has(metric))
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
 
 
 def is_legacy(d: Dialect, metric: str) -> bool:

@@ -190,6 +190,7 @@ def build_document(nb: ExecutedNotebook, *, now: datetime | None = None) -> Docu
         "runbook": nb.runbook,
         "scope": scope_text(findings["scope"].data if "scope" in findings else {}),
         "judged": judged_text(triage_data.get("judged")),
+        "engine": engine_of(triage_data.get("engine")),
     }
     return Document(
         header=header,
@@ -233,6 +234,13 @@ def scope_text(scope: Mapping[str, Any]) -> str:
     if isinstance(workloads, list) and len(workloads) > 1:
         return f"none given: {len(workloads)} workloads in the evidence, judged together"
     return ""
+
+
+def engine_of(engine: Any) -> str:
+    """The serving engine in the triage JSON (``{name, title, version}``) in words: ``vLLM 0.10.1``."""
+    if not isinstance(engine, dict) or not engine.get("title"):
+        return ""
+    return " ".join(_text(v) for v in (engine.get("title"), engine.get("version")) if v)
 
 
 def judged_text(judged: Any) -> str:

@@ -64,19 +64,11 @@ def evidence_figure(
         if it.series is None or not it.series.height:
             return None
         return figures.two_axes(
-            (
-                f"long prompts (>{it.long_threshold_tokens:g} tok) arriving"
-                if it.long_threshold_tokens is not None
-                else "prompt tokens arriving (no prompt-length histogram)",
-                it.series.select("ts", pl.col("long_arrivals").alias("value")),
-            ),
-            (
-                f"ITL gaps > {it.stall_threshold_s:g} s",
-                it.series.select("ts", pl.col("itl_stalls").alias("value")),
-            ),
+            (it.arrivals_label, it.series.select("ts", pl.col("long_arrivals").alias("value"))),
+            (it.stalls_label, it.series.select("ts", pl.col("itl_stalls").alias("value"))),
             title=title,
-            left_title="requests",
-            right_title="ITL stalls",
+            left_title="requests" if it.long_threshold_tokens is not None or it.proxy is None else "per bin",
+            right_title="ITL stalls" if it.stall_threshold_s is not None else it.stalls_label,
             window=window,
         )
     if direction == "release_regression":

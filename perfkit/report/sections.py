@@ -73,12 +73,14 @@ def scope_section(
     scope: Mapping[str, Any] | None = None,
     workloads: Sequence[Mapping[str, Any]] = (),
     identified: str = "",
+    engine: Mapping[str, Any] | None = None,
 ) -> Section:
     """The incident's fields as a table; ``source`` is the engine's name, ``evidence`` the bundle or URL;
     ``identified``: what of the model and GPU was read from the evidence's labels (and why not).
 
     ``scope`` is the workload scope's report (what it kept); ``workloads`` those the evidence holds
-    when it is not scoped (several: the rows below judge them together, and each one's scope is shown)."""
+    when it is not scoped (several: the rows below judge them together, and each one's scope is shown);
+    ``engine`` the serving engine whose series the rows read (``{name, title, version}``)."""
     rows = [
         ["incident", inc.id],
         ["title", inc.title],
@@ -93,6 +95,9 @@ def scope_section(
         ["hardware", f"{inc.hardware.count} x {inc.hardware.gpu}"],
         ["evidence", f"{source}: {evidence}"],
     ]
+    if engine:
+        version = f" {engine['version']}" if engine.get("version") else " (version not in the logs)"
+        rows.append(["serving engine", f"{engine.get('title')}{version}"])
     if identified:
         rows.append(["read from the evidence", identified])
     summary = f"{inc.service}: {inc.title}"
@@ -125,7 +130,13 @@ def scope_section(
         "Scope",
         summary,
         status=status,
-        data={**inc.as_dict(), "source": source, "scope": scope, "workloads": list(workloads)},
+        data={
+            **inc.as_dict(),
+            "source": source,
+            "scope": scope,
+            "workloads": list(workloads),
+            "engine": dict(engine) if engine else None,
+        },
         table=table_from_frame(table),
         missing=[f"scope: {len(workloads)} workloads judged together (no scope given)"]
         if len(workloads) > 1

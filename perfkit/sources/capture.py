@@ -28,7 +28,12 @@ from perfkit.core.incident import Incident
 from perfkit.core.secrets import redact_text, strip_userinfo
 from perfkit.errors import ConfigError
 
-DEFAULT_MATCH = r"^(vllm:|DCGM_|node_cpu_seconds_total|node_network_(receive|transmit)_bytes_total|train_)"
+#: the serving engines' families (vLLM, SGLang, TensorRT-LLM, Dynamo's frontend, TGI: docs/engines.md),
+#: GPUs, hosts and training jobs
+DEFAULT_MATCH = (
+    r"^(vllm:|sglang:|trtllm_|trtllm:|dynamo_frontend_|tgi_|DCGM_|node_cpu_seconds_total"
+    r"|node_network_(receive|transmit)_bytes_total|train_)"
+)
 LOOKBACK = timedelta(minutes=5)
 
 

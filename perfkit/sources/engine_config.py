@@ -174,6 +174,24 @@ def engine_config(
     return {key: {"value": found[key].value, "source": found[key].source} for key in KEYS if key in found}
 
 
+_VERSION = re.compile(r"vLLM API server version (v?\d[\w.+-]{0,40})|LLM engine \(v(\d[\w.+-]{0,40})\)")
+
+
+def engine_version(records: pl.DataFrame | None) -> str | None:
+    """The serving engine's version its last start logged (vLLM's ``vLLM API server version 0.10.1`` or
+    ``Initializing a V1 LLM engine (v0.10.1)``); None when no line says it."""
+    if records is None or not records.height:
+        return None
+    lines = records.filter(pl.col("message").str.contains("version |LLM engine \\(v")).sort(
+        "ts", nulls_last=False
+    )
+    for msg in reversed(lines["message"].to_list()):
+        m = _VERSION.search(str(msg)[:4096])
+        if m:
+            return (m[1] or m[2]).removeprefix("v")
+    return None
+
+
 # -- logs ------------------------------------------------------------------------------------------------
 
 

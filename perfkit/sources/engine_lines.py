@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+import polars as pl
+
 SGLANG_ARGS = "server_args=ServerArgs("  # SGLang's start-up line (sglang/srt/entrypoints/http_server.py)
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf)"
 _BATCH = re.compile(r"\b(Prefill|Decode) batch[.,] ")
@@ -61,6 +63,33 @@ def sglang_stats(text: str) -> tuple[str, float | None, float | None, int, int, 
         int(waiting),
         usage if usage is not None and 0 <= usage <= 1.5 else None,
     )
+
+
+_NEW_TOKENS = re.compile(r"#new-token: (\d{1,9})\b")
+PREFILL_KIND = "sglang_prefill"  # the record kind of a prefill line (perfkit.sources.log_lines)
+
+
+def prefill_tokens(message: str) -> int | None:
+    """The tokens one SGLang prefill batch computed (``#new-token``), or None."""
+    m = _NEW_TOKENS.search(message, 0, 4096) if "Prefill batch" in message[:4096] else None
+    return int(m[1]) if m else None
+
+
+def prefill_batches(records: pl.DataFrame | None) -> pl.DataFrame:
+    """SGLang's prefill batches in log records (``perfkit.sources.logs``' records): ``ts``, ``new_tokens``,
+    in time order; empty when the logs hold none. One batch is one engine step's prefill: a prompt
+    SGLang did not chunk is one large batch, which every running decode waits for."""
+    empty = pl.DataFrame(schema={"ts": pl.Datetime("ms", "UTC"), "new_tokens": pl.Int64})
+    if records is None or not records.height or "kind" not in records.columns:
+        return empty
+    rows = records.filter((pl.col("kind") == PREFILL_KIND) & pl.col("ts").is_not_null())
+    if not rows.height:
+        return empty
+    out = rows.select(
+        pl.col("ts").cast(pl.Datetime("ms", "UTC")),
+        pl.col("message").str.extract(r"#new-token: (\d{1,9})\b", 1).cast(pl.Int64).alias("new_tokens"),
+    )
+    return out.drop_nulls().sort("ts")
 
 
 def is_trtllm_launch(text: str) -> bool:

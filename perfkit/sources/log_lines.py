@@ -420,7 +420,7 @@ class _Parser:
         sglang = sglang_stats(text) if stats is None and " batch" in text else None
         if sglang is not None:  # SGLang's scheduler line (perfkit.sources.engine_lines)
             self.out.stats_rows.append((ts, "0", *sglang[1:], None, None))
-            self.out.record(ts, self.source, lineno, f"sglang_{sglang[0]}", level, text)
+            self.out.record(ts, self.source, lineno, f"sglang_{sglang[0]}", level, text)  # PREFILL_KIND
             return
         if stats is None:
             what = "vllm_launch" if _is_launch(text) else "sglang" if SGLANG_ARGS in text else None

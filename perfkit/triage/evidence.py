@@ -7,6 +7,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, cast
 
 import numpy as np
@@ -20,7 +21,8 @@ from perfkit.analyses.training_evidence import gather_training, loss_by_step
 from perfkit.core.frames import Window, iso, utc
 from perfkit.core.incident import Incident
 from perfkit.engine import signals as S
-from perfkit.sources.engine_config import engine_config
+from perfkit.sources.engine_config import engine_config, engine_version
+from perfkit.sources.engine_lines import prefill_batches
 from perfkit.triage import thresholds as T
 
 
@@ -34,6 +36,9 @@ class Interference:
     minutes: int = 0
     series: pl.DataFrame | None = None  # ts, long_arrivals, itl_stalls (per minute)
     proxy: str | None = None  # what stands for long arrivals when no prompt-length histogram exists
+    #: what the series' two columns count, in words (the figure's and the verdict's)
+    arrivals_label: str = "long prompts arriving"
+    stalls_label: str = "ITL stalls"
 
 
 @dataclass
@@ -61,6 +66,7 @@ class Evidence:
     restarts: list[str] = field(default_factory=list)  # ISO times of restarts in the judged window
     #: the serving engine whose series answered (perfkit.engine.dialects: vllm, sglang, trtllm ...)
     serving_engine: str | None = None
+    engine_version: str | None = None  # as its start-up lines say it (vLLM's); None when none does
 
     # convenience accessors --------------------------------------------------------------------
     def q(self, side: str, signal: str, q: float) -> float | None:
@@ -120,13 +126,16 @@ def _bounds(engine: S.Engine, signal: str, window: Window) -> list[float]:
     return sorted({float(le) for le in frame["le"].unique().to_list() if le not in ("+Inf", "Inf", "")})
 
 
-def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> Interference:
+def interference(
+    engine: S.Engine, inc: Incident, base: BaselineComparison, logs: pl.DataFrame | None = None
+) -> Interference:
     """Long-prompt arrivals vs ITL stalls, minute by minute, in the incident window.
 
     An engine without a prompt-length histogram (SGLang without ``--collect-tokens-histogram``,
-    trtllm-serve) is read through its prompt-token counter instead: the prompt tokens each bin
-    brought stand for its long arrivals (one long prompt outweighs dozens of usual ones), and the
-    long-prompt share stays unmeasured (None)."""
+    trtllm-serve) is read through what it has: SGLang's log of prefill batches (:func:`_from_batches`:
+    each batch's ``#new-token``, a long unchunked prompt being one large batch), else its prompt-token
+    counter (the prompt tokens each bin brought stand for its long arrivals; one long prompt outweighs
+    dozens of usual ones), the long-prompt share then unmeasured (None)."""
     out = Interference()
     window, baseline = inc.window, inc.baseline
     p_bounds = _bounds(engine, "prompt_tokens", window)
@@ -136,11 +145,18 @@ def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> I
         long_le = _bucket_at_least(p_bounds, T.LONG_PROMPT_MULTIPLE * median_prompt)
         if long_le is None:
             return out
-    elif not S.resolve(engine, "prompt_tokens_total").found:
+    elif _from_batches(engine, inc, base, prefill_batches(logs), out):
+        return out  # SGLang's log said it
+    elif _from_request_times(engine, inc, out):
+        return out  # trtllm-serve: prefill times against per-request TPOT
+    elif not S.resolve(engine, "prompt_tokens_total").found:  # noqa: SIM114
         return out
     else:
         out.proxy = "prompt tokens per bin (the engine exports no prompt-length histogram)"
+        out.arrivals_label = "prompt tokens arriving (no prompt-length histogram)"
     out.long_threshold_tokens = long_le
+    if long_le is not None:
+        out.arrivals_label = f"long prompts (>{long_le:g} tok) arriving"
     for side, w in (("incident", window), ("baseline", baseline)):
         if w is None or long_le is None:
             continue
@@ -170,13 +186,100 @@ def interference(engine: S.Engine, inc: Incident, base: BaselineComparison) -> I
         )
         .sort("ts")
     )
+    _correlate(out, frame)
+    return out
+
+
+def _from_batches(
+    engine: S.Engine, inc: Incident, base: BaselineComparison, batches: pl.DataFrame, out: Interference
+) -> bool:
+    """Interference read from SGLang's prefill batches (False: too few batches in the log to judge).
+    A long batch is :data:`~perfkit.triage.thresholds.LONG_PROMPT_MULTIPLE` times the baseline's median
+    batch: the step that computes it is that much longer, and every running decode waits for it."""
+    window, baseline = inc.window, inc.baseline
+
+    def within(w: Window) -> pl.DataFrame:
+        return batches.filter((pl.col("ts") > w.start) & (pl.col("ts") <= w.end))
+
+    ref = within(baseline or window)
+    if ref.height < T.MIN_PREFILL_BATCHES or within(window).height < T.MIN_PREFILL_BATCHES:
+        return False
+    long_tokens = float(T.LONG_PROMPT_MULTIPLE * float(ref["new_tokens"].median()))  # type: ignore[arg-type]
+    out.long_threshold_tokens = long_tokens
+    out.proxy = "prefill batches in SGLang's log (#new-token per batch; no prompt-length histogram)"
+    out.arrivals_label = f"prefill batches over {long_tokens:.0f} tokens (SGLang's log)"
+    for side, w in (("incident", window), ("baseline", baseline)):
+        if w is not None and (rows := within(w)).height:
+            out.long_share[side] = float((rows["new_tokens"] > long_tokens).mean())  # type: ignore[arg-type]
+    stall_le = _stalls(engine, inc, base, out)
+    if stall_le is None:
+        return True
+    step = T.INTERFERENCE_BIN_S
+    itl_all = S.rate_series(engine, "itl", window, step, histogram_count=True)
+    itl_fast = S.rate_series(engine, "itl", window, step, histogram_count=True, le=stall_le)
+    stalls = itl_all.rename({"value": "c"}).join(itl_fast.rename({"value": "d"}), on="ts").sort("ts")
+    longs = within(window).filter(pl.col("new_tokens") > long_tokens)["ts"]
+    rw = timedelta(seconds=S.rate_window(step))  # the stalls at ts are those of (ts - rw, ts]
+    counts = [float(((longs > t - rw) & (longs <= t)).sum()) for t in stalls["ts"]]
+    frame = (
+        stalls.select("ts", ((pl.col("c") - pl.col("d")) * step).alias("itl_stalls"))
+        .with_columns(pl.Series("long_arrivals", counts))
+        .select("ts", "long_arrivals", "itl_stalls")
+    )
+    _correlate(out, frame)
+    return True
+
+
+def _from_request_times(engine: S.Engine, inc: Incident, out: Interference) -> bool:
+    """Interference on an engine with per-request prefill-time and TPOT histograms but neither prompt
+    lengths nor inter-token gaps (trtllm-serve): a long prefill is one
+    :data:`~perfkit.triage.thresholds.LONG_PROMPT_MULTIPLE` times the baseline's median (prefill time grows
+    with the prompt), and a decode that waited for it shows in the requests' TPOT, so the bins' long
+    prefills are set against the bins' TPOT p99. No stall count: a TPOT averages a stall over the
+    request's tokens (False: the engine has what the other readings need, or lacks these)."""
+    if S.resolve(engine, "itl").found or not (
+        S.resolve(engine, "prefill").found and S.resolve(engine, "tpot").found
+    ):
+        return False
+    window, baseline = inc.window, inc.baseline
+    bounds = _bounds(engine, "prefill", window)
+    median = S.window_quantiles(engine, "prefill", (0.5,), baseline or window)[0.5]
+    long_le = _bucket_at_least(bounds, T.LONG_PROMPT_MULTIPLE * median) if bounds and median else None
+    if long_le is None:
+        return True
+    out.proxy = f"prefill times over {long_le:g} s (no prompt-length histogram)"
+    out.arrivals_label = f"prefills longer than {long_le:g} s"
+    out.stalls_label = "per-request TPOT p99 (s)"
+    for side, w in (("incident", window), ("baseline", baseline)):
+        if w is not None:
+            total = S.window_count(engine, "prefill", w)
+            short = S.window_count(engine, "prefill", w, le=long_le)
+            out.long_share[side] = (total - short) / total if total and short is not None else None
+    step = T.INTERFERENCE_BIN_S
+    every = S.rate_series(engine, "prefill", window, step, histogram_count=True)
+    short_s = S.rate_series(engine, "prefill", window, step, histogram_count=True, le=long_le)
+    tpot = S.quantile_series(engine, "tpot", 0.99, window, step)
+    frame = (
+        every.rename({"value": "a"})
+        .join(short_s.rename({"value": "b"}), on="ts")
+        .join(tpot.rename({"value": "c"}), on="ts")
+        .select(
+            "ts", ((pl.col("a") - pl.col("b")) * step).alias("long_arrivals"), pl.col("c").alias("itl_stalls")
+        )
+        .sort("ts")
+    )
+    _correlate(out, frame)
+    return True
+
+
+def _correlate(out: Interference, frame: pl.DataFrame) -> None:
+    """Keep the per-bin series and the correlation of long arrivals with stalls (enough varying bins)."""
     out.series = frame
     out.minutes = frame.height
     x, y = frame["long_arrivals"].to_numpy(), frame["itl_stalls"].to_numpy()
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() >= T.MIN_CORRELATION_BINS and x[ok].std() > 0 and y[ok].std() > 0:
         out.correlation = float(np.corrcoef(x[ok], y[ok])[0, 1])
-    return out
 
 
 def _stalls(engine: S.Engine, inc: Incident, base: BaselineComparison, out: Interference) -> float | None:
@@ -196,6 +299,7 @@ def _stalls(engine: S.Engine, inc: Incident, base: BaselineComparison, out: Inte
     if stall_le is None:
         return None
     out.stall_threshold_s = stall_le
+    out.stalls_label = f"ITL gaps > {stall_le:g} s"
     for side, w in (("incident", window), ("baseline", baseline)):
         if w is None:
             continue
@@ -371,7 +475,7 @@ def gather(
         base,
         st,
         rel,
-        interference(engine, inc, base),
+        interference(engine, inc, base, logs),
         _log_counts(logs, inc.window),
         config.get("chunked_prefill", {}).get("value"),  # type: ignore[arg-type]
         gpu,
@@ -386,6 +490,7 @@ def gather(
         kv_max_steady=kv_steady,
         restarts=restart_times,
         serving_engine=serving_engine(engine),
+        engine_version=engine_version(logs),
     )
 
 

@@ -121,9 +121,19 @@ def _chunked_now(ev: Evidence) -> str:
     return "enable_chunked_prefill=False"
 
 
+def _stall_words(it: Any) -> str:
+    if it.stall_threshold_s is None:  # trtllm-serve: no inter-token histogram (evidence._from_request_times)
+        return "the per-request TPOT p99 (no inter-token histogram)"
+    return f"ITL stalls >{it.stall_threshold_s:g}s"
+
+
 def _long_arrivals(it: Any) -> str:
+    if it.proxy and it.proxy.startswith("prefill times"):
+        return f"long prefills ({it.arrivals_label})"
     if it.long_threshold_tokens is None:  # read through the prompt-token counter (evidence.interference)
         return "the prompt tokens arriving (no prompt-length histogram: its counter)"
+    if it.proxy:  # SGLang's prefill batches in its log
+        return f"long prefill batches (>{it.long_threshold_tokens:.0f} tok in one step, from SGLang's log)"
     return f"long-prompt (>{it.long_threshold_tokens:g} tok) arrivals"
 
 
@@ -164,6 +174,11 @@ def verify_tail(ev: Evidence) -> Verification:
     )
     calm = negate(saturated)
     follows = at_least(it.correlation, "CORR_CONFIRM")
+    if it.stall_threshold_s is None:
+        # TPOT averages a stall over a request's tokens: a TPOT tail that follows long prefills is a
+        # stall only on an engine that runs a whole prompt in one step (chunked prefill known off);
+        # with chunks, long prompts slow the shared steps a little and every TPOT with them
+        follows = all_of(follows, Test(ev.chunked_prefill is False))
     unrelated = below(high, "CORR_RULE_OUT")  # even the top of its band is under the cut
     stalls, long_rose = _stalls_new(ev), _long_rose(ev)
     # The mechanism shown at the window level: stalls and long prompts both appeared against the
@@ -180,15 +195,15 @@ def verify_tail(ev: Evidence) -> Verification:
     if calm and (follows or mechanism):
         if follows:
             why = (
-                f"ITL stalls >{it.stall_threshold_s:g}s follow {_long_arrivals(it)} in two-minute bins "
-                f"(r={it.correlation:.2f})"
+                f"{_stall_words(it)} follow{'s' if it.stall_threshold_s is None else ''} {_long_arrivals(it)} "
+                f"in two-minute bins (r={it.correlation:.2f})"
             )
             decided = all_of(calm, follows)
         else:
             si, li = it.stalls_per_min.get("incident") or 0.0, it.long_share.get("incident") or 0.0
             why = (
                 f"ITL stalls >{it.stall_threshold_s:g}s ({si:.1f}/min) appeared with long prompts "
-                f"(>{it.long_threshold_tokens:g} tok, {li:.2%} of requests) against a baseline without "
+                f"({_long_arrivals(it)}: {li:.2%} of {'batches' if it.proxy else 'requests'}) against a baseline without "
                 f"either (two-minute bins: r={it.correlation:.2f}, too few bins to say more)"
             )
             decided = all_of(calm, mechanism, negate(unrelated))
@@ -198,10 +213,14 @@ def verify_tail(ev: Evidence) -> Verification:
             why += f"; the engine runs without chunked prefill ({now}). Fix: "
             why += dialects.knob("chunked_prefill", ev.serving_engine, now) or "enable chunked prefill"
         return Verification("confirmed", why, numbers, cuts_of(decided))
-    why = f"long prompts and ITL stalls correlate (r={it.correlation:.2f})"
+    why = f"{_long_arrivals(it)} and {_stall_words(it)} correlate (r={it.correlation:.2f})"
     if saturated:
         why += " but the server is saturated, which also explains stalls"
         cuts = cuts_of(saturated, negate(unrelated))
+    elif it.stall_threshold_s is None and ev.chunked_prefill is not False:
+        on = "on" if ev.chunked_prefill else "not known to be off"
+        why += f", but chunked prefill is {on}: without inter-token gaps a slower shared step looks the same"
+        cuts = cuts_of(negate(follows), negate(unrelated))
     else:
         why += ", but weakly, and the window does not show the mechanism"
         cuts = cuts_of(negate(follows), negate(mechanism), negate(unrelated))

@@ -116,9 +116,10 @@ ROWS: tuple[Row, ...] = (
         "P50 fine, P95/P99 bad, long prompts mixed in",
         "prefill_decode_interference",
         "long-prompt arrivals against ITL/TPOT spikes; chunked prefill",
-        "enable chunked prefill with a bounded prefill budget (--enable-chunked-prefill "
-        "--max-num-batched-tokens 2048 --long-prefill-token-threshold 512, so one long prompt cannot take a "
-        "whole step); confirm in a replayed load test that P95 TTFT and ITL stalls drop",
+        "enable chunked prefill with a bounded prefill budget, so one long prompt cannot take a whole step "
+        "(vLLM: --enable-chunked-prefill --max-num-batched-tokens 2048 --long-prefill-token-threshold 512; "
+        "SGLang: --chunked-prefill-size 4096; trtllm-serve: --enable_chunked_prefill; the verification names "
+        "the engine's); confirm in a replayed load test that P95 TTFT and ITL stalls drop",
         detect_tail,
         verify_tail,
     ),

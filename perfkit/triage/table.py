@@ -85,7 +85,8 @@ class TriageResult:
     workloads: list[dict[str, Any]] = field(default_factory=list)  # found when not scoped
     judged: dict[str, Any] | None = None  # the span the rows judged (onset to end) and why
     workload: str = "unknown"  # training | serving | mixed | unknown (workload_kind)
-    engine: str | None = None  # the serving engine whose series answered (perfkit.engine.dialects)
+    #: the serving engine whose series answered: {name, title, version} (perfkit.engine.dialects)
+    engine: dict[str, str | None] | None = None
 
     @property
     def top(self) -> RowResult | None:
@@ -230,7 +231,14 @@ def run(ev: Evidence) -> TriageResult:
     judged = ev.onset.as_dict() if ev.onset else None
     window = ev.onset.window.as_dict() if ev.onset else ev.incident.window.as_dict()
     return TriageResult(
-        ev.incident.id, window, results, missing, ev.release.suspect_version, judged=judged, workload=kind
+        ev.incident.id,
+        window,
+        results,
+        missing,
+        ev.release.suspect_version,
+        judged=judged,
+        workload=kind,
+        engine=engine_text(ev.serving_engine, ev.engine_version),
     )
 
 
@@ -252,9 +260,9 @@ def triage_evidence(
     from perfkit.triage.evidence import gather, release_history_given
 
     fill_identity(engine, incident)  # the same model and GPU the runbook reads (runbook._identify)
-    ev = gather(engine, incident, events=events, logs=logs, history_given=release_history_given(missing))
-    result = run(ev)
-    result.engine = ev.serving_engine
+    result = run(
+        gather(engine, incident, events=events, logs=logs, history_given=release_history_given(missing))
+    )
     for m in missing:
         if m not in result.missing:
             result.missing.append(m)
@@ -273,10 +281,23 @@ def triage_evidence(
     return result
 
 
-def triage_bundle(path: Any, scope: str | None = None, hosts: str | None = None) -> TriageResult:
+def engine_text(name: str | None, version: str | None) -> dict[str, str | None] | None:
+    """The serving engine as the JSON and the postmortem give it (None: no serving engine's series)."""
+    from perfkit.engine.dialects import BY_NAME
+
+    d = BY_NAME.get(name or "")
+    if d is None:
+        return None
+    return {"name": d.name, "title": d.title, "version": version if d.name == "vllm" else None}
+
+
+def triage_bundle(
+    path: Any, scope: str | None = None, hosts: str | None = None, serving: str | None = None
+) -> TriageResult:
     """The triage table on an incident bundle folder: what ``perfkit triage --bundle``, drills and
     grading all run (one seam, so they cannot disagree). ``scope``/``hosts`` override the
-    incident's ``scope:``/``hosts:`` (:mod:`perfkit.core.scope`)."""
+    incident's ``scope:``/``hosts:`` (:mod:`perfkit.core.scope`); ``serving`` reads only that serving
+    engine's series (:class:`perfkit.engine.dialects.OnlyEngine`)."""
     from perfkit.core.scope import parse_scope
     from perfkit.engine.local import LocalEngine
     from perfkit.engine.scope import ScopeMatchesNothing
@@ -288,9 +309,12 @@ def triage_bundle(path: Any, scope: str | None = None, hosts: str | None = None)
         b = load_bundle(path, scope=chosen, families=is_triage_family)  # what the rows read, nothing else
     except ScopeMatchesNothing as exc:
         raise with_workloads(exc, path) from None
-    return triage_evidence(
-        LocalEngine(b.store), b.incident, events=b.events, logs=b.logs, missing=b.missing, scope=b.scope
-    )
+    engine: Any = LocalEngine(b.store)
+    if serving:
+        from perfkit.engine.dialects import OnlyEngine
+
+        engine = OnlyEngine(engine, serving)
+    return triage_evidence(engine, b.incident, events=b.events, logs=b.logs, missing=b.missing, scope=b.scope)
 
 
 def with_workloads(exc: Exception, path: Any) -> Exception:

@@ -97,6 +97,9 @@ STALL_MIN_S = 0.5  # an inter-token gap of 0.5 s+ is a visible stutter ...
 STALL_MEDIAN_MULTIPLE = 10.0  # ... and at least 10x the median ITL ...
 STALL_WORST_MULTIPLE = 2.0  # ... and twice the baseline's p99.9 (its normal worst gap)
 STALL_WORST_QUANTILE = 0.999  # the baseline's "normal worst" inter-token gap: one token in a thousand
+MIN_PREFILL_BATCHES = 30
+"""SGLang's log gives interference only with at least 30 prefill batches in each window: fewer, and
+the median batch (the yardstick of a long one) rests on a handful of requests."""
 INTERFERENCE_BIN_S = 120.0
 """Long-prompt arrivals and ITL stalls are lined up in two-minute bins: a long prompt arriving late
 in a minute stalls the decodes of the next one, and a 20-minute window still gives ten bins."""

@@ -163,6 +163,44 @@ def test_a_live_drill_from_start_to_stop(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_a_live_drill_on_another_engine_is_graded_right(tmp_path, engine):
+    """The same live drill on a simulator that speaks SGLang's or trtllm-serve's names and log lines
+    (issue 24): its triage on the live Prometheus reads that engine and names the drill's direction."""
+    require_binary("prometheus")
+    folder = tmp_path / engine
+    drill = ID_OF["decode-thermal-throttle"]
+    res = invoke(
+        "drill", "start", drill, "--live", "--engine", engine, "-o", folder, "--speed", SPEED, "--seed", SEED
+    )
+    state: dict = {}
+    try:
+        assert res.exit_code == 0, res.output
+        state = L.read_state(folder)
+        pace = max(1.0, min(state["speed"], state["sustained"]))
+        plan = state["plan"]
+        wait_for_virtual(
+            state,
+            plan["window"][1],
+            time.monotonic() + min(500.0, (plan["window"][1] - plan["v0"]) / pace * 1.5 + 30),
+        )
+        found = live_triage(state["params"])
+        assert found["engine"]["name"] == engine
+        top = found["directions"][0]
+        assert (top["id"], top["verdict"]) == ("decode_efficiency", "confirmed"), top
+        graded = CliRunner().invoke(
+            cli, ["drill", "check", drill, "-o", str(folder), "--answer", "decode_efficiency"]
+        )
+        assert graded.exit_code == 0 and graded.output.startswith("CORRECT")
+    finally:
+        stopped = invoke("drill", "stop", drill, "-o", folder)
+    assert stopped.exit_code == 0, stopped.output
+    for key, rec in state.get("processes", {}).items():
+        assert process_identity(rec["pid"]) is None, f"{key} (pid {rec['pid']}) still runs"
+
+
+@pytest.mark.integration
 def test_recorded_drill_serves_the_evidence_from_prometheus(tmp_path, monkeypatch):
     """The replay of the recorded evidence through a local Prometheus stays reachable (--recorded)."""
     require_binary("prometheus")
@@ -258,12 +296,14 @@ def test_the_request_log_is_seeded_and_bounded():
     assert abs(rate - traffic.rate) < 4 * (traffic.rate / 600.0) ** 0.5
 
 
-def test_restamp_moves_vllm_log_stamps_only():
+def test_restamp_moves_log_stamps_only():
     line = "(APIServer pid=7) INFO 12-01 10:00:05 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0"
     from perfkit.app.drills.live_clock import restamp
 
     assert restamp(line, -3605.0) == line.replace("12-01 10:00:05", "12-01 09:00:00")
     assert restamp("no stamp here", -60.0) == "no stamp here"
+    sglang = "[2026-12-01 10:00:05 TP0] Decode batch, #running-req: 3, "  # SGLang's record (issue 24)
+    assert restamp(sglang, -3605.0) == sglang.replace("10:00:05", "09:00:00")
 
 
 def test_the_drill_clock_stays_behind_the_wall_clock():

@@ -27,13 +27,14 @@ from perfkit.lab.sim import dialects as recorded
 
 MODEL = "sim-llama"
 SGLANG_RECORD = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) TP0\] (.*)$")
+# SGLang's scheduler_metrics_mixin.py at 01bb3c8 (tests/data/engines/SOURCES.md): a trailing ", "
 SGLANG_PREFILL = re.compile(
-    r"^Prefill batch\. #new-seq: \d+, #new-token: \d+, #cached-token: \d+, token usage: \d+\.\d\d, "
-    r"#running-req: \d+, #queue-req: \d+$"
+    r"^Prefill batch, #new-seq: \d+, #new-token: \d+, #cached-token: \d+, token usage: \d+\.\d\d, "
+    r"#running-req: \d+, #queue-req: \d+, $"
 )
 SGLANG_DECODE = re.compile(
-    r"^Decode batch\. #running-req: \d+, #token: \d+, token usage: \d+\.\d\d, "
-    r"gen throughput \(token/s\): \d+\.\d\d, #queue-req: \d+$"
+    r"^Decode batch, #running-req: \d+, #token: \d+, token usage: \d+\.\d\d, cuda graph: True, "
+    r"gen throughput \(token/s\): \d+\.\d\d, #queue-req: \d+, $"
 )
 TRTLLM_LAUNCH = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d launcher: exec trtllm-serve serve (\S+) --backend pytorch "
@@ -143,7 +144,8 @@ def test_sglang_log(sglang: tuple[str, str]) -> None:
     assert f"served_model_name='{MODEL}'" in messages[0] and "chunked_prefill_size=2048" in messages[0]
     assert messages[1] == "The server is fired up and ready to roll!"
     assert any(SGLANG_PREFILL.match(m) for m in messages), messages
-    assert any(SGLANG_DECODE.match(m) for m in messages), messages
+    decodes = [m for m in messages if m.startswith("Decode batch")]
+    assert all(SGLANG_DECODE.match(m) for m in decodes), decodes  # one per 40 decode steps, if it ran 40
     assert not any("Engine 000" in line or "pid=" in line for line in lines)
 
 
@@ -179,20 +181,18 @@ def test_trtllm_log(trtllm: tuple[str, str]) -> None:
     assert m and m.groups() == (MODEL, "1", "64", "2048", " --enable_chunked_prefill")
 
 
-def test_stats_lines_mirror_the_recorded_simulator() -> None:
-    """The live SGLang lines are the recorded simulator's, field for field, for the same figures."""
-    cfg = load_config_from(dialect="sglang")
-    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-    state = (7, 3, 0.4567)
-    rec = types.SimpleNamespace(
-        spec=types.SimpleNamespace(dialect="sglang", stats_interval_s=10.0, at=lambda t: at),
-        cfg=types.SimpleNamespace(kv_capacity_tokens=cfg.kv_capacity_tokens()),
-        state=state, stats_prompt=900.0, stats_hits=100.0, stats_prompt_reqs=3.0, stats_gen=1234.0, logs=[],
-    )  # fmt: skip
-    recorded.stats_line(rec, 100.0)  # type: ignore[arg-type]
-    live = dialect_metrics.sglang_stats(cfg, state, 900, 3, 100, 1234, 10.0)
-    stamp = at.timestamp()
-    assert [line for _, line in rec.logs] == [dialect_metrics.sglang_record(stamp, m) for m in live]
+def test_batch_lines_are_read_back_as_sglang_stats(sglang: tuple[str, str]) -> None:
+    """Every prefill line the live engine wrote is one batch perfkit's SGLang reader reads, its running
+    and waiting counts those of the engine after the step."""
+    from perfkit.sources.engine_lines import prefill_tokens, sglang_stats
+
+    messages = [m.group(2) for line in sglang[1].splitlines() if (m := SGLANG_RECORD.match(line))]
+    prefills = [m for m in messages if m.startswith("Prefill batch")]
+    assert prefills
+    for m in prefills:
+        got = sglang_stats(m)
+        assert got is not None and got[0] == "prefill" and got[3] >= 0 and got[4] >= 0
+        assert (prefill_tokens(m) or 0) > 0
 
 
 def test_startup_lines_mirror_the_recorded_simulator() -> None:

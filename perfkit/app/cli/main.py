@@ -249,13 +249,22 @@ def open_(
 @cli.command()
 @click.option("--bundle", type=click.Path(file_okay=False), help="incident bundle folder")
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
+@click.option(
+    "--engine",
+    "serving",
+    type=click.Choice(["vllm", "sglang", "trtllm", "dynamo", "tgi"]),
+    default=None,
+    help="read only this serving engine's series (default: the first engine found; docs/engines.md)",
+)
 @live_options
-def triage(bundle: str | None, fmt: str, **live: Any) -> None:
+def triage(bundle: str | None, fmt: str, serving: str | None, **live: Any) -> None:
     """Run the triage table on a bundle or live sources; print the triage JSON of docs/bundle.md or a table."""
     from perfkit.triage.table import triage_bundle, triage_evidence
 
     if bundle:
-        result = triage_bundle(bundle_path(bundle), scope=live.get("scope"), hosts=live.get("hosts"))
+        result = triage_bundle(
+            bundle_path(bundle), scope=live.get("scope"), hosts=live.get("hosts"), serving=serving
+        )
     elif live.get("prometheus_url"):
         from perfkit.analyses.workloads import window_has_samples
 
@@ -263,12 +272,17 @@ def triage(bundle: str | None, fmt: str, **live: Any) -> None:
         if not window_has_samples(ev.engine, incident.window):  # type: ignore[arg-type]
             w = incident.window
             raise SourceError(
-                f"no samples of any series perfkit reads (vLLM, DCGM, node exporter, train_*) from "
+                f"no samples of any series perfkit reads (serving engines, DCGM, node exporter, train_*) from "
                 f"{w.start:%Y-%m-%dT%H:%M:%SZ} to {w.end:%Y-%m-%dT%H:%M:%SZ}"
                 f"{' in scope ' + _printable(str(live['scope'])) if live.get('scope') else ''}: check the window "
                 "(--since/--start/--end), the scope and that Prometheus scrapes the service"
             )
-        result = triage_evidence(ev.engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing)
+        engine: Any = ev.engine
+        if serving:
+            from perfkit.engine.dialects import OnlyEngine
+
+            engine = OnlyEngine(engine, serving)
+        result = triage_evidence(engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing)
     else:
         raise click.UsageError("give --bundle DIR or --prometheus URL with --start/--end (or --since)")
     if fmt == "json":
@@ -284,7 +298,9 @@ def triage(bundle: str | None, fmt: str, **live: Any) -> None:
     "-o", "--out", "out", required=True, type=click.Path(file_okay=False), help="bundle folder to write"
 )
 @click.option(
-    "--match", default=None, help="regex of metric names to keep (default: vLLM, DCGM, node, train_)"
+    "--match",
+    default=None,
+    help="regex of metric names to keep (default: the serving engines', DCGM, node, train_)",
 )
 @live_options
 def capture(out: str, match: str | None, **live: Any) -> None:

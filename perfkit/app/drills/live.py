@@ -77,6 +77,7 @@ from perfkit.app.drills.live_state import (
     write_state,
 )
 from perfkit.core.resources import SCENARIOS
+from perfkit.engine import dialects
 from perfkit.errors import ConfigError, SourceError
 
 
@@ -242,13 +243,25 @@ def _wait_healthy(url: str, proc: subprocess.Popen) -> float:
     raise SourceError(f"{url}/health: the simulator did not answer within {STARTUP_S:g} s", url=url)
 
 
+def _names(*pairs: tuple[str, str]) -> str:
+    """An alternation of every serving engine's names for these (kind, signal) pairs (engine.dialects)."""
+    names = [n for d in dialects.DIALECTS for kind, sig in pairs for n in getattr(d, kind).get(sig, ())]
+    return "|".join(re.escape(n) for n in names)
+
+
+#: the simulator's own series in any dialect it speaks (vllm:, sglang:, trtllm_), for Prometheus' regex
+_ENGINE_FAMILIES = "(vllm|sglang):.+|trtllm_.+"
+_BUSY = re.compile(rf"^(?:{_names(('gauges', 'running'), ('gauges', 'waiting'))})\{{[^}}]*\}} [1-9]", re.M)
+_DONE = re.compile(rf"^(?:{_names(('counters', 'request_success'))})\{{[^}}]*\}} [1-9]", re.M)
+
+
 def _wait_first_sample(state: dict[str, Any]) -> None:
     """Until Prometheus answers a query for the engine's series at the drill clock's now."""
     import urllib.parse
 
     prom, engine = state["urls"]["prometheus"], state["urls"]["engine"]
     deadline = time.monotonic() + FIRST_SCRAPE_S
-    query = 'count({job="engine",__name__=~"vllm:.+"})'
+    query = f'count({{job="engine",__name__=~"{_ENGINE_FAMILIES}"}})'
     while time.monotonic() < deadline:
         at = state["anchor"] + virtual_now(engine)
         q = urllib.parse.urlencode({"query": query, "time": f"{at:.3f}"})
@@ -268,12 +281,9 @@ def _plan(spec: LiveSpec, timing: Timing, folder: Path, state: dict[str, Any]) -
     engine, deadline = state["urls"]["engine"], time.monotonic() + STARTUP_S
     while True:  # the first request: the load generator has started (its imports take a second or two)
         status, text = http(f"{engine}/metrics")
-        if status == 200 and re.search(r"^vllm:num_requests_(running|waiting)\{[^}]*\} [1-9]", text, re.M):
+        if status == 200 and (_BUSY.search(text) or _DONE.search(text)):
             break
-        if (
-            re.search(r"^vllm:request_success_total\{[^}]*\} [1-9]", text, re.M)
-            or time.monotonic() > deadline
-        ):
+        if time.monotonic() > deadline:
             break
         time.sleep(0.02)
     v0 = virtual_now(engine)

@@ -49,6 +49,10 @@ def _events(ctx: Context) -> list[dict[str, Any]]:
 
 @section("scope", "Scope")
 def scope(ctx: Context) -> Section:
+    from perfkit.sources.engine_config import engine_version
+    from perfkit.triage.evidence import serving_engine
+    from perfkit.triage.table import engine_text
+
     inc = ctx.incident
     assert inc is not None
     report, workloads = _scope(ctx)
@@ -59,6 +63,7 @@ def scope(ctx: Context) -> Section:
         report.as_dict() if report else None,
         [w.as_dict() for w in workloads],
         ctx.results.get("identified", ""),
+        engine_text(serving_engine(ctx.engine), engine_version(ctx.logs)),
     )
 
 

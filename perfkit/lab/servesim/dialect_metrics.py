@@ -13,8 +13,9 @@ are kept under their vLLM names and renamed here (their buckets are the dialect'
     generation and cached tokens, finished (``num_requests``: not aborted), aborted (the engine's
     drops and the clients that left) and retracted (preempted) requests. Labels ``model_name``,
     ``engine_type="unified"``, ``tp_rank="0"``, ``pp_rank="0"``. The log: the scheduler's
-    ``Prefill batch.`` / ``Decode batch.`` lines, one of each per stats interval with the interval's
-    totals, in SGLang's record format ``[YYYY-mm-dd HH:MM:SS TP0] message``, and the start-up
+    ``Prefill batch,`` line of every step that prefilled and a ``Decode batch,`` line every 40 decode
+    steps (written by :meth:`.metrics.StatsLog.step` with :mod:`perfkit.lab.sim.dialects`' formats), in
+    SGLang's record format ``[YYYY-mm-dd HH:MM:SS TP0] message``, and the start-up
     ``server_args=ServerArgs(...)`` line (abridged to the fields that decide latency).
 ``trtllm``
     ``trtllm-serve``'s ``trtllm_*``: TTFT, per-request TPOT, E2E, queue, prefill, decode and inference
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from perfkit.lab.serve_clock import Histogram
     from perfkit.lab.servesim.config import SimConfig
 
-__all__ = ["bounds", "exposition", "labels", "sglang_record", "sglang_stats", "startup_lines"]
+__all__ = ["bounds", "exposition", "labels", "sglang_record", "startup_lines"]
 
 #: help texts as the engines write them (tests/data/engines/: SGLang's docs and a trtllm-serve scrape);
 #: a name not listed gets ``"<name>."``, as the recorded simulator writes it
@@ -136,35 +137,6 @@ def sglang_record(when: float, message: str) -> str:
     at UNIX second ``when``, in UTC."""
     stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S")
     return f"[{stamp} TP0] {message}"
-
-
-def sglang_stats(
-    cfg: SimConfig,
-    state: tuple[int, int, float],
-    prompt: int,
-    prompt_reqs: int,
-    hits: int,
-    generation: int,
-    interval: float,
-) -> list[str]:
-    """SGLang's scheduler lines for one stats interval (the messages, without the record prefix):
-    ``Prefill batch.`` when prompts were prefilled, then ``Decode batch.``; fields in
-    :func:`perfkit.lab.sim.dialects.stats_line`'s order and format. ``state`` is (running, waiting,
-    KV usage)."""
-    running, waiting, kv = state
-    used = int(kv * cfg.kv_capacity_tokens())
-    lines = []
-    if prompt:
-        lines.append(
-            f"Prefill batch. #new-seq: {max(1, prompt_reqs)}, "
-            f"#new-token: {max(0, prompt - hits)}, #cached-token: {hits}, token usage: {kv:.2f}, "
-            f"#running-req: {running}, #queue-req: {waiting}"
-        )
-    lines.append(
-        f"Decode batch. #running-req: {running}, #token: {used}, token usage: {kv:.2f}, "
-        f"gen throughput (token/s): {generation / interval:.2f}, #queue-req: {waiting}"
-    )
-    return lines
 
 
 def startup_lines(cfg: SimConfig, when: float) -> list[str]:

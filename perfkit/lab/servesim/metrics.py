@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from perfkit.lab.serve_clock import Histogram
 from perfkit.lab.servesim import dialect_metrics as dialects
+from perfkit.lab.sim.dialects import DECODE_LOG_INTERVAL, decode_batch, prefill_batch
 from perfkit.lab.sim.exporters import ITL_BUCKETS, REQUEST_BUCKETS, TTFT_BUCKETS
 
 if TYPE_CHECKING:
@@ -447,6 +448,7 @@ class StatsLog:
         self.sink, self.epoch, self.pid, self.dialect = sink, epoch, pid, dialect
         self.last_busy = False
         self.next_at = STATS_INTERVAL_S
+        self.decode_steps, self.decode_tokens, self.decode_since = 0, 0, 0.0  # SGLang's decode-line count
 
     def write(
         self, v: float, where: str, message: str, process: str = "APIServer", level: str = "INFO"
@@ -468,18 +470,12 @@ class StatsLog:
             self.next_at += STATS_INTERVAL_S
 
     def stats(self, v: float, m: EngineMetrics, interval: float = STATS_INTERVAL_S) -> None:
+        """vLLM's stats line for the last interval (SGLang logs per batch, :meth:`step`; trtllm-serve's
+        iteration log is off by default)."""
         prompt, generation = m.interval_prompt / interval, m.interval_generation / interval
-        counts = (m.interval_prompt, m.interval_prompt_reqs, m.interval_hits, m.interval_generation)
         m.interval_prompt = m.interval_generation = m.interval_prompt_reqs = m.interval_hits = 0
         busy = bool(prompt or generation)
-        if m.cfg.dialect == "sglang":  # idle after idle: SGLang logs no batch it did not run
-            if busy or self.last_busy:
-                state = (m.running, m.waiting, m.kv_usage)
-                for line in dialects.sglang_stats(m.cfg, state, *counts, interval):
-                    self._line(dialects.sglang_record(self.epoch + v, line))
-        elif m.cfg.dialect == "trtllm":  # trtllm-serve's iteration log is off by default
-            pass
-        elif busy or self.last_busy:  # vLLM: idle after idle goes to DEBUG
+        if m.cfg.dialect == "vllm" and (busy or self.last_busy):  # vLLM: idle after idle goes to DEBUG
             self.write(
                 v,
                 "loggers.py:123",
@@ -489,6 +485,31 @@ class StatsLog:
                 f"Prefix cache hit rate: {100 * m.prefix_hit_rate():.1f}%",
             )
         self.last_busy = busy
+
+    def step(self, res: StepResult, m: EngineMetrics) -> None:
+        """SGLang's scheduler lines for one engine step (nothing in the other dialects): a prefill line
+        for a step that prefilled, a decode line every ``--decode-log-interval`` (40) decode steps with
+        the tokens generated since the last one over the time since (``perfkit.lab.sim.dialects``)."""
+        if m.cfg.dialect != "sglang":
+            return
+        end = res.start + res.duration_s
+        if res.prefill_tokens:
+            seqs = max(1, sum(1 for o in res.outputs if o.first))
+            line = prefill_batch(
+                seqs, res.prefill_tokens, res.prefix_hits, res.kv_usage, res.num_running, res.num_waiting
+            )
+            self._line(dialects.sglang_record(self.epoch + end, line))
+        if res.decode_seqs:
+            self.decode_steps, self.decode_tokens = (
+                self.decode_steps + 1,
+                self.decode_tokens + res.decode_seqs,
+            )
+            if self.decode_steps >= DECODE_LOG_INTERVAL:
+                used = int(res.kv_usage * m.cfg.kv_capacity_tokens())
+                tps = self.decode_tokens / max(end - self.decode_since, 1e-9)
+                line = decode_batch(res.num_running, used, res.kv_usage, tps, res.num_waiting)
+                self._line(dialects.sglang_record(self.epoch + end, line))
+                self.decode_steps, self.decode_tokens, self.decode_since = 0, 0, end
 
     def startup(self, v: float, cfg: SimConfig, version: str) -> None:
         """vLLM 0.10.1's start-up records that carry the engine's settings (see module docstring), or

@@ -236,6 +236,7 @@ class SimServer:
             if (queue := self.streams.get(rid)) is not None:
                 queue.put_nowait((0, True, now, why))
         self.metrics.step(res)
+        self.log.step(res, self.metrics)
         self.gpus.step(res)
         state = self.core.snapshot()  # after the step and whatever came or went while it ran
         self.metrics.gauges(state["running"], state["waiting"], state["kv_usage"])

@@ -9,8 +9,9 @@ changes is what its exporter and its log say, each as the real engine says it:
     SGLang's ``sglang:*`` series with ``--enable-metrics`` and nothing else (so no token-length
     histograms: those need ``--collect-tokens-histogram``), SGLang's own buckets (TTFT from 0.1 s,
     queue time from 0.0), labels ``model_name``, ``engine_type``, ``tp_rank``, ``pp_rank``; the
-    scheduler's ``Prefill batch.`` / ``Decode batch.`` lines and the start-up ``server_args=ServerArgs(…)``
-    line (abridged to the fields that decide latency). Names, buckets and formats:
+    scheduler's ``Prefill batch,`` line for every step that prefilled and ``Decode batch,`` line every 40
+    decode steps (:func:`sglang_step`), and the start-up ``server_args=ServerArgs(…)`` line (abridged to
+    the fields that decide latency). Names, buckets and formats:
     sgl-project/sglang ``python/sglang/srt/metrics/collector.py`` and
     ``python/sglang/srt/managers/scheduler_metrics_mixin.py`` (see ``docs/engines.md``).
 ``trtllm``
@@ -283,30 +284,71 @@ def _sglang_log(rec: Recorder, t: float, message: str) -> None:
     rec.logs.append((t, f"[{stamp} TP0] {message}"))
 
 
-def stats_line(rec: Recorder, t: float) -> None:
-    """SGLang's scheduler lines for the last interval (trtllm-serve logs none by default). SGLang prints
-    one per prefill batch and one every ``--decode-log-interval`` (40) decode steps; the simulator
-    writes one of each per stats interval, with the interval's totals."""
-    if rec.spec.dialect != "sglang":
-        return
-    running, waiting, kv = rec.state
-    dt = rec.spec.stats_interval_s
-    used = int(kv * rec.cfg.kv_capacity_tokens)
-    if rec.stats_prompt:
-        hits = int(rec.stats_hits)
-        _sglang_log(
-            rec,
-            t - 0.001,
-            f"Prefill batch. #new-seq: {max(1, int(rec.stats_prompt_reqs))}, "
-            f"#new-token: {int(rec.stats_prompt) - hits}, #cached-token: {hits}, token usage: {kv:.2f}, "
-            f"#running-req: {running}, #queue-req: {waiting}",
-        )
-    _sglang_log(
-        rec,
-        t,
-        f"Decode batch. #running-req: {running}, #token: {used}, token usage: {kv:.2f}, "
-        f"gen throughput (token/s): {rec.stats_gen / dt:.2f}, #queue-req: {waiting}",
+DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default: one decode line every 40 decode steps
+
+
+def prefill_batch(new_seq: int, new_token: int, cached: int, usage: float, running: int, queue: int) -> str:
+    """SGLang's prefill line (scheduler_metrics_mixin.py ``log_prefill_stats`` at 01bb3c8: its field order
+    and trailing ``, ``)."""
+    return (
+        f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_token}, #cached-token: {cached}, "
+        f"token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queue}, "
     )
+
+
+def decode_batch(running: int, used: int, usage: float, gen_tps: float, queue: int) -> str:
+    """SGLang's decode line (``log_decode_stats`` at 01bb3c8)."""
+    return (
+        f"Decode batch, #running-req: {running}, #token: {used}, token usage: {usage:.2f}, "
+        f"cuda graph: True, gen throughput (token/s): {gen_tps:.2f}, #queue-req: {queue}, "
+    )
+
+
+class Batches:
+    """What SGLang's scheduler has counted since its last decode line (the Recorder's ``batches``)."""
+
+    def __init__(self, since: float) -> None:
+        self.steps, self.tokens, self.since, self.cached = 0, 0, since, 0
+
+
+def sglang_step(rec: Recorder, end: float, prefill_tokens: int, prefill_seqs: int, n_decode: int) -> None:
+    """SGLang's scheduler lines for one engine step, as SGLang prints them: a prefill line for every
+    step that prefilled (its own tokens: a long prompt without chunking is one large batch), and a
+    decode line every :data:`DECODE_LOG_INTERVAL` decode steps with the tokens generated since the last
+    one over the time since (``last_gen_throughput``)."""
+    if rec.spec.dialect != "sglang" or not rec.up:
+        return
+    st = rec.batches
+    running, waiting, kv = rec.state
+    if prefill_tokens:
+        line = prefill_batch(max(1, prefill_seqs), prefill_tokens, st.cached, kv, running, waiting)
+        _sglang_log(rec, end, line)
+        st.cached = 0
+    if n_decode:
+        st.steps, st.tokens = st.steps + 1, st.tokens + n_decode
+        if st.steps >= DECODE_LOG_INTERVAL:
+            used = int(kv * rec.cfg.kv_capacity_tokens)
+            _sglang_log(
+                rec, end, decode_batch(running, used, kv, st.tokens / max(end - st.since, 1e-9), waiting)
+            )
+            st.steps, st.tokens, st.since = 0, 0, end
+
+
+def cached(rec: Recorder, hit: int) -> None:
+    """Prefix-cache hits at admission, for the next prefill line's ``#cached-token``."""
+    if rec.spec.dialect == "sglang":
+        rec.batches.cached += hit
+
+
+def oom_lines(rec: Recorder, t: float, error: str) -> list[str]:
+    """How the engine logs a worker's CUDA out-of-memory death: SGLang's scheduler logs
+    ``Scheduler hit an exception: {traceback}`` (managers/scheduler.py ``run_scheduler_process``); for
+    trtllm-serve no recorded sample was found, so only PyTorch's own traceback is written."""
+    lines = ["Traceback (most recent call last):", error]
+    if rec.spec.dialect == "sglang":
+        stamp = rec.spec.at(t).strftime("%Y-%m-%d %H:%M:%S")
+        lines[0] = f"[{stamp} TP0] Scheduler hit an exception: {lines[0]}"
+    return lines
 
 
 def startup_logs(rec: Recorder, t: float, version: str, cfg: EngineConfig) -> None:

@@ -216,7 +216,15 @@ class Engine:
                         preemptions=int(preempted[r]),
                     )
             self.rec.step(
-                now, end, prefill_tokens, len(decoding), running, waiting, used_blocks, kv_blocks_total
+                now,
+                end,
+                prefill_tokens,
+                len(decoding),
+                running,
+                waiting,
+                used_blocks,
+                kv_blocks_total,
+                prefill_seqs=len(prefill_plan),
             )
             now = end
         self.rec.close(spec.duration_s)

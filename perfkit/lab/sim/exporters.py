@@ -74,6 +74,16 @@ def fmt(v: float) -> str:
     return f"{v:.6g}"
 
 
+def _torch_oom(running: int) -> str:
+    """PyTorch 2.x's out-of-memory error (c10/cuda/CUDACachingAllocator.cpp), as any engine's worker dies of it."""
+    return (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.63 GiB. GPU 0 has a total capacity "
+        "of 79.19 GiB of which 1.21 GiB is free. Including non-PyTorch memory, this process has 77.96 GiB "
+        "memory in use. Of the allocated memory 74.10 GiB is allocated by PyTorch, and 2.31 GiB is reserved by "
+        f"PyTorch but unallocated. ({running} running requests)"
+    )
+
+
 class Recorder:
     """Receives engine events; keeps vLLM's counters; snapshots every target at each scrape."""
 
@@ -124,8 +134,8 @@ class Recorder:
         self.prefill_busy = 0.0
         self.decode_busy = 0.0
         self.stats_prompt = 0.0
-        self.stats_prompt_reqs = 0.0
         self.stats_gen = 0.0
+        self.batches = dialects.Batches(0.0)  # SGLang's scheduler-line counts (dialects.sglang_step)
         self.cpu = np.zeros((8, 4))  # cpu x (user, system, idle, iowait) seconds
         self.net = [0.0, 0.0]
         self.arrivals_since = 0
@@ -148,6 +158,7 @@ class Recorder:
         """vLLM counts prefix-cache queries and hits in tokens, at admission."""
         self.counters[self.prefix_queries] += queried
         self.counters[self.prefix_hits] += hit
+        dialects.cached(self, hit)
         self.stats_queries += queried
         self.stats_hits += hit
 
@@ -177,7 +188,6 @@ class Recorder:
         self.counters["vllm:prompt_tokens"] += prompt
         self.counters["vllm:generation_tokens"] += generated
         self.stats_prompt += prompt
-        self.stats_prompt_reqs += 1
         self.stats_gen += generated
         reason = "length" if generated >= self.spec.output.cap else "stop"
         self.success[reason] += 1
@@ -185,7 +195,18 @@ class Recorder:
             (arrival, queue, prefill, decode, last - arrival, prompt, generated, preemptions, self.version)
         )
 
-    def step(self, start, end, prefill_tokens, n_decode, running, waiting, used_blocks, total_blocks) -> None:
+    def step(
+        self,
+        start,
+        end,
+        prefill_tokens,
+        n_decode,
+        running,
+        waiting,
+        used_blocks,
+        total_blocks,
+        prefill_seqs=0,
+    ) -> None:
         dur = end - start
         self.busy["dcgm"] += dur
         if prefill_tokens:
@@ -195,6 +216,7 @@ class Recorder:
         self.decode_busy += dur * (n_decode > 0)
         self.state = (len(running), len(waiting), used_blocks / total_blocks)
         self._advance(end)
+        dialects.sglang_step(self, end, prefill_tokens, prefill_seqs, n_decode)
 
     def idle(self, now, until, running, waiting, used_blocks, total_blocks) -> float:
         self.state = (len(running), len(waiting), used_blocks / total_blocks)
@@ -482,9 +504,7 @@ class Recorder:
             return
         running, waiting, kv = self.state
         dt = self.spec.stats_interval_s
-        if self.spec.dialect != "vllm":
-            dialects.stats_line(self, t)
-        else:
+        if self.spec.dialect == "vllm":
             self._log(
                 t,
                 "INFO",
@@ -494,12 +514,16 @@ class Recorder:
                 f"Waiting: {waiting} reqs, GPU KV cache usage: {100 * kv:.1f}%, "
                 f"Prefix cache hit rate: {100 * self.stats_hits / self.stats_queries if self.stats_queries else 0:.1f}%",
             )
-        self.stats_prompt = self.stats_gen = self.stats_prompt_reqs = 0.0
+        self.stats_prompt = self.stats_gen = 0.0
         self.stats_queries = self.stats_hits = 0.0
 
     def _oom_traceback(self, t: float) -> None:
         """What a vLLM worker prints when a batch's activations/logits do not fit (PyTorch 2.x wording)."""
         running = self.state[0]
+        if self.spec.dialect != "vllm":  # the engine's own wrapper (dialects.oom_lines) around PyTorch's line
+            for i, line in enumerate(dialects.oom_lines(self, t, _torch_oom(running))):
+                self.logs.append((t - 0.1 + i * 1e-4, line))
+            return
         self._log(
             t - 0.2, "ERROR", "core.py:588", "EngineCore encountered a fatal error.", process="EngineCore_0"
         )
@@ -508,10 +532,7 @@ class Recorder:
             "Traceback (most recent call last):",
             '  File "/usr/local/lib/python3.12/site-packages/vllm/v1/sample/sampler.py", line 91, in forward',
             "    logits = self.apply_temperature(logits, sampling_metadata.temperature)",
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.63 GiB. GPU 0 has a total capacity "
-            f"of 79.19 GiB of which 1.21 GiB is free. Including non-PyTorch memory, this process has 77.96 GiB "
-            f"memory in use. Of the allocated memory 74.10 GiB is allocated by PyTorch, and 2.31 GiB is reserved by "
-            f"PyTorch but unallocated. ({running} running requests)",
+            _torch_oom(running),
             f"(APIServer pid={self.pid}) ERROR {stamp} [async_llm.py:420] AsyncLLM output_handler failed.",
         ]
         for i, line in enumerate(tail):

@@ -57,7 +57,7 @@ RESTART_GAP_SCRAPES = 1.5
 """A restarted inference server is down this many scrape intervals: one or two scrapes find nothing."""
 RESTART_CLEARANCE_S = 180.0
 """A restart is placed at least 3 minutes from every other change of the story, so it stays its own event."""
-WORKLOAD_PREFIXES = ("vllm:", "train_")
+WORKLOAD_PREFIXES = ("vllm:", "sglang:", "trtllm_", "train_")  # the workload's own series, any engine
 FLEET_MODELS = ("llama-3.1-8b-instruct", "mistral-small-24b-instruct")
 FLEET_JOBS = ("embed-finetune", "reranker-distill")
 
@@ -366,6 +366,7 @@ def _neighbour(spec: Spec) -> Spec:
             phases=(Phase(0.4 * spec.duration_s, spec.duration_s, rate_mult=1.15),),
             legacy_metric_names=spec.legacy_metric_names,
             vllm_version=spec.vllm_version,
+            dialect=spec.dialect,  # the fleet's other model runs on the same engine
             scrape_interval_s=spec.scrape_interval_s,
         )
     from perfkit.lab.sim.training_scenarios import train_healthy
