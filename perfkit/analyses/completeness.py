@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from perfkit.core.frames import Window, iso, utc
-from perfkit.engine.dialects import DIALECTS
+from perfkit.engine.dialects import DIALECTS, family
 from perfkit.engine.signals import GAUGES, HISTOGRAMS, SOURCES, resolve
 
 GAP_FACTOR = 2.5  # a hole longer than 2.5 scrape intervals is a gap (one missed scrape is noise)
@@ -56,7 +56,9 @@ for _d in DIALECTS[1:]:  # the other serving engines, by their own names (perfki
     _counts = tuple(f"{b}_count" for sig in ("e2e", "ttft") for b in _d.histograms.get(sig, ()))
     _totals = tuple(n for sig in ("request_success", "prompt_tokens_total") for n in _d.counters.get(sig, ()))
     RESTART_COUNTERS[f"{_d.title} exporter"] = _counts + _totals
-    RESTART_SERIES[f"{_d.title} exporter"] = _d.gauges.get("running", ()) + _counts[:1]
+    RESTART_SERIES[f"{_d.title} exporter"] = (
+        tuple(family(n) for n in _d.gauges.get("running", ())) + _counts[:1]
+    )
 
 
 @dataclass

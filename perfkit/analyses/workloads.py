@@ -30,7 +30,9 @@ def serving_marks(d: dialects.Dialect) -> tuple[tuple[str, ...], tuple[str, ...]
     """An engine's (marks, traffic counters): its running gauge or request histograms' ``_count``, and
     what counts its requests."""
     counts = tuple(f"{b}_count" for sig in ("e2e", "ttft") for b in d.histograms.get(sig, ()))
-    return d.gauges.get("running", ()) + counts, counts + d.counters.get("request_success", ())
+    running = tuple(dialects.family(n) for n in d.gauges.get("running", ()))
+    done = tuple(dialects.family(n) for n in d.counters.get("request_success", ()))
+    return running + counts, counts + done
 
 
 IDENTITY = ("model_name", "job")  # the label that names a serving workload, in order of preference
@@ -78,7 +80,7 @@ def describe(workload: Mapping[str, Any]) -> str:
 def _families(d: dialects.Dialect | None) -> list[str]:
     """The catalogue's families of one engine (``d``) or of training jobs (None), histograms by ``_count``."""
     if d is not None:
-        names = [n for group in (d.gauges, d.counters) for ns in group.values() for n in ns]
+        names = [dialects.family(n) for group in (d.gauges, d.counters) for ns in group.values() for n in ns]
         return sorted(set(names) | {f"{b}_count" for bases in d.histograms.values() for b in bases})
     names = [
         n for names in (*S.GAUGES.values(), *S.COUNTERS.values()) for n in names if n.startswith("train_")

@@ -18,6 +18,7 @@ on when one does (SGLang's token-length histograms need ``--collect-tokens-histo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -41,19 +42,35 @@ class Dialect:
     def families(self) -> frozenset[str]:
         """Every sample name of this dialect in the catalogue (histograms with their suffixes)."""
         names = {f"{b}{s}" for bases in self.histograms.values() for b in bases for s in _SUFFIXES}
-        names |= {n for group in (self.gauges, self.counters) for ns in group.values() for n in ns}
+        names |= {family(n) for group in (self.gauges, self.counters) for ns in group.values() for n in ns}
+        names |= {
+            n for means in COUNTER_MEANS.values() for t, c, _ in means for n in (t, c) if self is TRITON
+        }
         return frozenset(names | set(self.info))
 
     def recognise(self) -> tuple[str, ...]:
         """Sample names whose presence says this engine served: its TTFT or E2E histogram's
         ``_count``, its running gauge, its success counter (whichever it has)."""
         out = [f"{b}_count" for sig in ("ttft", "e2e") for b in self.histograms.get(sig, ())]
-        out += [n for sig in ("running",) for n in self.gauges.get(sig, ())]
-        out += [n for sig in ("request_success",) for n in self.counters.get(sig, ())]
+        out += [family(n) for sig in ("running",) for n in self.gauges.get(sig, ())]
+        out += [family(n) for sig in ("request_success",) for n in self.counters.get(sig, ())]
         return tuple(out)
 
 
 _SUFFIXES = ("_bucket", "_sum", "_count")
+_MATCHER = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="([^"]*)"')
+
+
+def family(name: str) -> str:
+    """A catalogue name's metric family (``nv_trt_llm_request_metrics{request_type="active"}`` → the part
+    before the braces)."""
+    return name.split("{", 1)[0]
+
+
+def matchers(name: str) -> dict[str, str]:
+    """The label matchers a catalogue name carries (``{request_type="active"}`` → that pair)."""
+    return dict(_MATCHER.findall(name.split("{", 1)[1])) if "{" in name else {}
+
 
 VLLM = Dialect(
     "vllm",
@@ -198,8 +215,34 @@ TGI = Dialect(
     flags={"ttft": "TGI exports no time-to-first-token histogram"},
 )
 
+TRITON = Dialect(
+    "triton",
+    "Triton (TensorRT-LLM backend)",
+    'triton-inference-server/tensorrtllm_backend README "Triton Metrics" (0b9d7d5a) and '
+    "triton-inference-server/server docs/user_guide/metrics.md",
+    gauges={
+        # one family, the request state in a label (a ``{k="v"}`` name selects that series)
+        "running": ('nv_trt_llm_request_metrics{request_type="active"}',),
+        "waiting": ('nv_trt_llm_request_metrics{request_type="waiting"}',),
+    },
+    counters={"request_success": ("nv_inference_request_success",)},
+    flags={
+        "ttft": "Triton's TensorRT-LLM backend exports no TTFT histogram "
+        "(nv_inference_first_response_histogram_ms is for decoupled models with histogram latencies on)",
+        "itl": "Triton exports no inter-token histogram",
+        "kv_cache_usage": "Triton's nv_trt_llm_kv_cache_block_metrics gives used and max blocks, not read as a usage",
+    },
+)
+
+#: mean latencies an engine gives only as cumulative counters (Triton's, in microseconds): signal →
+#: (time counter, count counter, seconds per unit). The mean over a window is Δtime / Δcount x unit.
+COUNTER_MEANS: dict[str, tuple[tuple[str, str, float], ...]] = {
+    "queue": (("nv_inference_queue_duration_us", "nv_inference_request_success", 1e-6),),
+    "e2e": (("nv_inference_request_duration_us", "nv_inference_request_success", 1e-6),),
+}
+
 #: the engines, in the order a signal is looked for
-DIALECTS: tuple[Dialect, ...] = (VLLM, SGLANG, TRTLLM, DYNAMO, TGI)
+DIALECTS: tuple[Dialect, ...] = (VLLM, SGLANG, TRTLLM, DYNAMO, TGI, TRITON)
 BY_NAME = {d.name: d for d in DIALECTS}
 
 

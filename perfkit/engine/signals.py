@@ -14,7 +14,7 @@ provenance of the number.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -101,18 +101,26 @@ class Resolved:
     metric: str | None
     legacy: bool = False  # an older name of its engine answered
     engine: str | None = None  # the dialect whose name answered (perfkit.engine.dialects)
+    matchers: dict[str, str] = field(default_factory=dict)  # the series of ``metric`` that answer
+
+    def selector(self) -> ops.Selector:
+        """The gauge's or counter's selector: its family, narrowed to the catalogue's matchers."""
+        assert self.metric is not None
+        sel = ops.Selector(self.metric)
+        return sel.where(**self.matchers) if self.matchers else sel
 
     @property
     def found(self) -> bool:
         return self.metric is not None
 
 
-def _answered(signal: str, metric: str) -> Resolved:
+def _answered(signal: str, name: str) -> Resolved:
+    metric, where = dialects.family(name), dialects.matchers(name)
     d = dialects.dialect_of(metric)
     if d is None:
         names = GAUGES.get(signal) or COUNTERS.get(signal) or ()
-        return Resolved(signal, metric, legacy=metric in names[1:])
-    return Resolved(signal, metric, legacy=dialects.is_legacy(d, metric), engine=d.name)
+        return Resolved(signal, metric, legacy=name in names[1:], matchers=where)
+    return Resolved(signal, metric, legacy=dialects.is_legacy(d, name), engine=d.name, matchers=where)
 
 
 def resolve(engine: Engine, signal: str) -> Resolved:
@@ -127,7 +135,7 @@ def resolve(engine: Engine, signal: str) -> Resolved:
     if names is None:
         raise QueryError(f"unknown signal {signal!r}")
     for name in names:
-        if engine.has(name):
+        if engine.has(dialects.family(name)):
             return _answered(signal, name)
     return Resolved(signal, None)
 
@@ -272,13 +280,32 @@ def first_bucket(
     return FirstBucket(positive[0], min(1.0, max(0.0, first / total)))
 
 
+def _counter_mean(engine: Engine, signal: str) -> tuple[str, str, float] | None:
+    """The (time counter, count counter, seconds per unit) an engine gives ``signal``'s mean by, when it
+    has no histogram for it (Triton's microsecond counters: :data:`perfkit.engine.dialects.COUNTER_MEANS`)."""
+    for time_c, count_c, unit in dialects.COUNTER_MEANS.get(signal, ()):
+        if engine.has(time_c) and engine.has(count_c):
+            return time_c, count_c, unit
+    return None
+
+
 def window_mean(
     engine: Engine, signal: str, window: Window, queries: list[str] | None = None
 ) -> float | None:
-    """Mean of a histogram signal over the window: increase(_sum) / increase(_count)."""
+    """Mean of a histogram signal over the window: increase(_sum) / increase(_count); for an engine
+    that counts the signal's time instead (Triton, in µs), increase(time) / increase(count), in seconds."""
     res = resolve(engine, signal)
     if res.metric is None:
-        return None
+        counted = _counter_mean(engine, signal)
+        if counted is None:
+            return None
+        time_c, count_c, unit = counted
+        expr = ops.ratio(
+            ops.sum_by(ops.increase(ops.Selector(time_c), window.seconds)),
+            ops.sum_by(ops.increase(ops.Selector(count_c), window.seconds)),
+        )
+        value = _instant(engine, expr, window, queries)
+        return None if value is None else value * unit
     expr = ops.ratio(
         ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_sum"), window.seconds)),
         ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_count"), window.seconds)),
@@ -313,7 +340,7 @@ def counter_rate(
     res = resolve(engine, signal)
     if res.metric is None:
         return None
-    sel = ops.Selector(res.metric).where(**matchers) if matchers else ops.Selector(res.metric)
+    sel = res.selector().where(**matchers) if matchers else res.selector()
     expr = ops.sum_by(ops.rate(sel, window.seconds))
     return _instant(engine, expr, window, queries)
 
@@ -353,7 +380,7 @@ def gauge_stat(
     res = resolve(engine, signal)
     if res.metric is None:
         return None
-    sel = ops.Selector(res.metric)
+    sel = res.selector()
     if combine not in ("sum", "count") or not _replaced(engine, sel, window):
         inner = ops.aggregate(combine, ops.over_time(stat, sel, window.seconds))
         value = _instant(engine, inner, window, queries)
@@ -413,7 +440,7 @@ def rate_series(
             else ops.Selector(f"{res.metric}_bucket").where(le=_le(le))
         )
     else:
-        sel = ops.Selector(res.metric)
+        sel = res.selector()
     if matchers:
         sel = sel.where(**matchers)
     expr = ops.sum_by(ops.rate(sel, rate_window(step_s)), *by)
@@ -423,11 +450,19 @@ def rate_series(
 def mean_series(
     engine: Engine, signal: str, window: Window, step_s: float, queries: list[str] | None = None
 ) -> pl.DataFrame:
-    """rate(_sum)/rate(_count) of a histogram signal at every step (mean latency per step)."""
+    """rate(_sum)/rate(_count) of a histogram signal at every step (mean latency per step); an engine's
+    time and count counters where it has no histogram (:func:`window_mean`), in seconds."""
     res = resolve(engine, signal)
-    if res.metric is None:
-        return no_series()
     rw = rate_window(step_s)
+    if res.metric is None:
+        counted = _counter_mean(engine, signal)
+        if counted is None:
+            return no_series()
+        time_c, count_c, unit = counted
+        expr = ops.ratio(
+            ops.sum_by(ops.rate(ops.Selector(time_c), rw)), ops.sum_by(ops.rate(ops.Selector(count_c), rw))
+        )
+        return _range(engine, expr, window, step_s, queries).with_columns(pl.col("value") * unit)
     expr = ops.ratio(
         ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_sum"), rw)),
         ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_count"), rw)),
@@ -448,7 +483,7 @@ def gauge_series(
     res = resolve(engine, signal)
     if res.metric is None:
         return no_series()
-    expr = ops.aggregate(combine, ops.Selector(res.metric), *by)
+    expr = ops.aggregate(combine, res.selector(), *by)
     return _range(engine, expr, window, step_s, queries)
 
 
@@ -461,7 +496,8 @@ def catalogue_families() -> frozenset[str]:
         for b in bases
         for suffix in ("_bucket", "_sum", "_count")
     }
-    names |= {n for group in (GAUGES, COUNTERS) for names_ in group.values() for n in names_}
+    names |= {dialects.family(n) for group in (GAUGES, COUNTERS) for names_ in group.values() for n in names_}
+    names |= {n for means in dialects.COUNTER_MEANS.values() for t, c, _ in means for n in (t, c)}
     return frozenset(names)
 
 

@@ -11,8 +11,7 @@ when one of ``concurrency`` slots is free) and asks for ``output_tokens[i]`` tok
   1/sqrt(burstiness), so below 1 is burstier than Poisson, above 1 more even; ``constant``: gaps
   of exactly 1/rate. As in vLLM, the gaps are rescaled so the last request is due at (N-1)/rate:
   the offered rate is exactly ``rate`` (for Poisson, the process conditioned on its count).
-* :func:`burst_plan`: every request at t=0 (vLLM's ``--request-rate inf``);
-  :func:`with_duration`: the arrivals before a duration.
+* :func:`burst_plan`: every request at t=0 (vLLM's ``--request-rate inf``); :func:`with_duration`: before a time.
 * :func:`replay_log`: a request log, ``.jsonl``/``.ndjson``/``.json`` (a JSON object a line) or
   ``.csv`` (a header row, names matched case-insensitively with spaces as ``_``; a request a line):
 
@@ -54,6 +53,7 @@ import numpy as np
 from perfkit.core.frames import Window
 from perfkit.engine import ops
 from perfkit.engine import signals as S
+from perfkit.engine.dialects import family
 from perfkit.engine.local import LocalEngine
 from perfkit.errors import BundleError, ConfigError
 from perfkit.sources.safeio import RefusedFile, open_regular, size_text
@@ -446,8 +446,9 @@ def replay_bundle(
     scale = _positive(time_scale, "time scale")
     cap = None if max_requests is None else _whole(max_requests, "max_requests", 1, MAX_PLAN_REQUESTS)
     names = [b for g in ("e2e", "prompt_tokens", "generation_tokens") for b in S.HISTOGRAMS[g]]
-    wanted = {f"{b}_{s}" for b in names for s in ("bucket", "count")} | set(S.COUNTERS["request_success"])
-    bundle = load_bundle(path, families=wanted | set(S.GAUGES["running"] + S.GAUGES["waiting"]))
+    wanted = {f"{b}_{s}" for b in names for s in ("bucket", "count")}
+    wanted |= {family(n) for n in S.GAUGES["running"] + S.GAUGES["waiting"] + S.COUNTERS["request_success"]}
+    bundle = load_bundle(path, families=wanted)
     engine, window, where = LocalEngine(bundle.store), bundle.incident.window, str(bundle.path)
     if window.seconds <= 0:
         raise BundleError("the incident window is empty", path=str(bundle.path / "incident.yaml"))
@@ -532,8 +533,8 @@ def _arrivals_per_minute(
     )
     backlog = np.zeros(len(edges))
     for g in ("running", "waiting"):
-        name = S.resolve(engine, g).metric
-        values = _on_edges(engine, ops.aggregate("sum", ops.Selector(name)), edges) if name else None
+        res = S.resolve(engine, g)
+        values = _on_edges(engine, ops.aggregate("sum", res.selector()), edges) if res.found else None
         if values is None or np.isnan(values).any():
             notes.append(f"no {S.GAUGES[g][0]} throughout the window: finished requests stand for arrivals")
             backlog[:] = 0.0

@@ -396,8 +396,13 @@ def detect_deploy(ev: Evidence) -> Detection:
     mine = [
         x for x in aligned if x.aligned_event and x.aligned_event["ts"] == s["ts"] and x.series in s["series"]
     ]
+    # A deploy is a suspect while any one of its shifts counts (analyses.release): the outcome is
+    # decided by the shift furthest from its cut-offs, not by one that barely passed beside it
     return Detection(
-        True, T.deploy_strength(s.get("score", 0)), facts, cuts=cuts_of(*(_shift_test(x) for x in mine))
+        True,
+        T.deploy_strength(s.get("score", 0)),
+        facts,
+        cuts=cuts_of(any_of(*(_shift_test(x) for x in mine))),
     )
 
 

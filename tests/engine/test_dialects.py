@@ -175,3 +175,41 @@ def test_trtllm_serve_command_line_settings():
         window=Window(datetime(2026, 12, 2, tzinfo=UTC), datetime(2026, 12, 3, tzinfo=UTC)),
     )
     assert "chunked_prefill" not in engine_config_from_logs(with_options.records)  # the file may turn it on
+
+
+def _triton_scrapes(extra_s: float) -> str:
+    """The recorded Triton page's series at t0 as it printed them, and a minute later with 100 more
+    successes that queued ``extra_s`` and took 2 s each (Triton's counters count microseconds)."""
+    real = [ln for ln in (DATA / "triton_trtllm_metrics_docs.txt").read_text(encoding="utf-8").splitlines()]
+    samples = [ln for ln in real if ln and not ln.startswith("#")]
+    t0, t1 = 1_700_000_000, 1_700_000_060
+    out = [ln for ln in real if ln.startswith("# TYPE")]
+    later = {
+        "nv_inference_request_success": 100,
+        "nv_inference_queue_duration_us": 100 * extra_s * 1e6,
+        "nv_inference_request_duration_us": 100 * 2.0 * 1e6,
+    }
+    for ln in samples:
+        head, value = ln.rsplit(" ", 1)
+        name = head.split("{")[0]
+        out.append(f"{head} {value} {t0}")
+        out.append(f"{head} {float(value) + later.get(name, 0.0)} {t1}")
+    return "\n".join(out) + "\n# EOF\n"
+
+
+def test_triton_gauges_by_label_and_microsecond_counters_in_seconds():
+    """Triton's TensorRT-LLM backend: running and waiting are one family's series (request_type), and
+    its latencies are microsecond counters: the queue and E2E means come out in seconds."""
+    from perfkit.engine.local import LocalEngine
+    from perfkit.sources.openmetrics import parse_text
+
+    engine = LocalEngine(parse_text(_triton_scrapes(0.25), require_eof=True))
+    window = Window(datetime.fromtimestamp(1_700_000_000, UTC), datetime.fromtimestamp(1_700_000_060, UTC))
+    waiting = S.resolve(engine, "waiting")
+    assert waiting.engine == "triton" and waiting.matchers == {"request_type": "waiting"}
+    # the recorded page: request_type="waiting" 1, "active" 0 (not the sum of the family's five series)
+    assert S.gauge_stat(engine, "waiting", window, "max") == 1.0
+    assert S.gauge_stat(engine, "running", window, "max") == 0.0
+    assert S.window_mean(engine, "queue", window) == pytest.approx(0.25)
+    assert S.window_mean(engine, "e2e", window) == pytest.approx(2.0)
+    assert not S.resolve(engine, "ttft").found and "TTFT" in (dialects.lacks("triton", "ttft") or "")

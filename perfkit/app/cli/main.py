@@ -252,7 +252,7 @@ def open_(
 @click.option(
     "--engine",
     "serving",
-    type=click.Choice(["vllm", "sglang", "trtllm", "dynamo", "tgi"]),
+    type=click.Choice(["vllm", "sglang", "trtllm", "dynamo", "tgi", "triton"]),
     default=None,
     help="read only this serving engine's series (default: the first engine found; docs/engines.md)",
 )

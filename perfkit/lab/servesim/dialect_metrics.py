@@ -33,7 +33,16 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
 
-from perfkit.lab.sim.dialects import COUNTERS, GAUGES, HISTOGRAMS, LABELS, bounds
+from perfkit.lab.sim.dialects import (
+    COUNTERS,
+    GAUGES,
+    HISTOGRAMS,
+    LABELS,
+    READY,
+    bounds,
+    server_args,
+    trtllm_command,
+)
 
 if TYPE_CHECKING:
     from perfkit.lab.serve_clock import Histogram
@@ -146,32 +155,30 @@ def startup_lines(cfg: SimConfig, when: float) -> list[str]:
     name, path = cfg.served_model_name, cfg.model.name
     mem = f"{cfg.gpu_memory_utilization:g}"
     if cfg.dialect == "sglang":
-        chunk = cfg.max_num_batched_tokens if cfg.enable_chunked_prefill else -1
-        args = (
-            f"server_args=ServerArgs(model_path='{path}', tokenizer_path='{path}', "
-            f"tokenizer_mode='auto', skip_tokenizer_init=False, load_format='auto', trust_remote_code=False, "
-            f"dtype='auto', kv_cache_dtype='{cfg.kv_cache_dtype}', quantization=None, "
-            f"context_length={cfg.max_model_len}, device='cuda', "
-            f"served_model_name='{name}', chat_template=None, is_embedding=False, revision=None, "
-            f"host='0.0.0.0', port=30000, mem_fraction_static={mem}, max_running_requests={cfg.max_num_seqs}, "
-            f"max_total_tokens=None, chunked_prefill_size={chunk}, "
-            f"max_prefill_tokens={cfg.max_num_batched_tokens}, "
-            f"schedule_policy='fcfs', schedule_conservativeness=1.0, cpu_offload_gb=0, "
-            f"tp_size={cfg.tensor_parallel_size}, stream_interval=1, random_seed=0, log_level='info', "
-            f"enable_metrics=True, decode_log_interval=40, "
-            f"disable_radix_cache={not cfg.enable_prefix_caching}, enable_mixed_chunk=False)"
+        args = server_args(
+            model_path=path,
+            served=name,
+            kv_cache_dtype=cfg.kv_cache_dtype,
+            context_length=cfg.max_model_len,
+            mem=mem,
+            max_running=cfg.max_num_seqs,
+            chunk=cfg.max_num_batched_tokens if cfg.enable_chunked_prefill else -1,
+            max_prefill=cfg.max_num_batched_tokens,
+            tp=cfg.tensor_parallel_size,
+            radix_off=not cfg.enable_prefix_caching,
         )
-        return [
-            sglang_record(when, args),
-            sglang_record(when + 0.4, "The server is fired up and ready to roll!"),
-        ]
+        return [sglang_record(when, args), sglang_record(when + 0.4, READY)]
     if cfg.dialect != "trtllm":
         return []
     stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    chunked = " --enable_chunked_prefill" if cfg.enable_chunked_prefill else ""
     return [
-        f"{stamp} launcher: exec trtllm-serve serve {name} --backend pytorch --host 0.0.0.0 "
-        f"--port 8000 --tp_size {cfg.tensor_parallel_size} --max_batch_size {cfg.max_num_seqs} "
-        f"--max_num_tokens {cfg.max_num_batched_tokens} "
-        f"--kv_cache_free_gpu_memory_fraction {mem}{chunked}"
+        trtllm_command(
+            stamp,
+            name,
+            cfg.tensor_parallel_size,
+            cfg.max_num_seqs,
+            cfg.max_num_batched_tokens,
+            mem,
+            cfg.enable_chunked_prefill,
+        )
     ]

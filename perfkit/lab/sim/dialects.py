@@ -351,35 +351,72 @@ def oom_lines(rec: Recorder, t: float, error: str) -> list[str]:
     return lines
 
 
+def server_args(
+    *,
+    model_path: str,
+    served: str,
+    kv_cache_dtype: str,
+    context_length: object,
+    mem: str,
+    max_running: int,
+    chunk: int,
+    max_prefill: int,
+    tp: int,
+    radix_off: bool,
+) -> str:
+    """SGLang's start-up ``server_args=ServerArgs(...)`` message, abridged to the fields that decide
+    latency, in ``ServerArgs``' field order (tests/data/engines/sglang_log_lines.txt has real ones)."""
+    return (
+        f"server_args=ServerArgs(model_path='{model_path}', tokenizer_path='{model_path}', "
+        f"tokenizer_mode='auto', skip_tokenizer_init=False, load_format='auto', trust_remote_code=False, "
+        f"dtype='auto', kv_cache_dtype='{kv_cache_dtype}', quantization=None, context_length={context_length}, "
+        f"device='cuda', served_model_name='{served}', chat_template=None, is_embedding=False, revision=None, "
+        f"host='0.0.0.0', port=30000, mem_fraction_static={mem}, max_running_requests={max_running}, "
+        f"max_total_tokens=None, chunked_prefill_size={chunk}, max_prefill_tokens={max_prefill}, "
+        f"schedule_policy='fcfs', schedule_conservativeness=1.0, cpu_offload_gb=0, "
+        f"tp_size={tp}, stream_interval=1, random_seed=0, log_level='info', "
+        f"enable_metrics=True, decode_log_interval=40, "
+        f"disable_radix_cache={radix_off}, enable_mixed_chunk=False)"
+    )
+
+
+READY = "The server is fired up and ready to roll!"  # SGLang's http_server.py, once it serves
+
+
+def trtllm_command(
+    stamp: str, model: str, tp: int, max_batch: int, max_tokens: int, mem: str, chunked: bool
+) -> str:
+    """A launcher's echo of the ``trtllm-serve serve`` command (tensorrt_llm/commands/serve.py's flags)."""
+    return (
+        f"{stamp} launcher: exec trtllm-serve serve {model} --backend pytorch --host 0.0.0.0 "
+        f"--port 8000 --tp_size {tp} --max_batch_size {max_batch} --max_num_tokens {max_tokens} "
+        f"--kv_cache_free_gpu_memory_fraction {mem}{' --enable_chunked_prefill' if chunked else ''}"
+    )
+
+
 def startup_logs(rec: Recorder, t: float, version: str, cfg: EngineConfig) -> None:
     """What each engine prints when it starts: SGLang its ``server_args`` line; trtllm-serve's launcher
     its command line (``--enable_chunked_prefill`` is off unless given)."""
     spec = rec.spec
     stamp = spec.at(t).strftime("%Y-%m-%d %H:%M:%S")
     if spec.dialect == "sglang":
-        chunk = cfg.max_num_batched_tokens if cfg.chunked_prefill else -1
-        args = (
-            f"server_args=ServerArgs(model_path='{spec.model}', tokenizer_path='{spec.model}', "
-            f"tokenizer_mode='auto', skip_tokenizer_init=False, load_format='auto', trust_remote_code=False, "
-            f"dtype='auto', kv_cache_dtype='auto', quantization=None, context_length=None, device='cuda', "
-            f"served_model_name='{spec.model}', chat_template=None, is_embedding=False, revision=None, "
-            f"host='0.0.0.0', port=30000, mem_fraction_static=0.88, max_running_requests={cfg.max_num_seqs}, "
-            f"max_total_tokens=None, chunked_prefill_size={chunk}, max_prefill_tokens={cfg.max_prefill_tokens}, "
-            f"schedule_policy='fcfs', schedule_conservativeness=1.0, cpu_offload_gb=0, "
-            f"tp_size={spec.gpu_count}, stream_interval=1, random_seed=0, log_level='info', "
-            f"enable_metrics=True, decode_log_interval=40, "
-            f"disable_radix_cache={cfg.prefix_cache_hit_frac <= 0}, enable_mixed_chunk=False)"
+        args = server_args(
+            model_path=spec.model,
+            served=spec.model,
+            kv_cache_dtype="auto",
+            context_length=None,
+            mem="0.88",
+            max_running=cfg.max_num_seqs,
+            chunk=cfg.max_num_batched_tokens if cfg.chunked_prefill else -1,
+            max_prefill=cfg.max_prefill_tokens,
+            tp=spec.gpu_count,
+            radix_off=cfg.prefix_cache_hit_frac <= 0,
         )
         _sglang_log(rec, t, args)
-        _sglang_log(rec, t + 0.4, "The server is fired up and ready to roll!")
+        _sglang_log(rec, t + 0.4, READY)
         return
-    chunked = " --enable_chunked_prefill" if cfg.chunked_prefill else ""
-    rec.logs.append(
-        (
-            t,
-            f"{stamp} launcher: exec trtllm-serve serve {spec.model} --backend pytorch --host 0.0.0.0 "
-            f"--port 8000 --tp_size {spec.gpu_count} --max_batch_size {cfg.max_num_seqs} "
-            f"--max_num_tokens {cfg.max_num_batched_tokens if cfg.chunked_prefill else cfg.max_prefill_tokens} "
-            f"--kv_cache_free_gpu_memory_fraction 0.9{chunked}",
-        )
+    tokens = cfg.max_num_batched_tokens if cfg.chunked_prefill else cfg.max_prefill_tokens
+    line = trtllm_command(
+        stamp, spec.model, spec.gpu_count, cfg.max_num_seqs, tokens, "0.9", cfg.chunked_prefill
     )
+    rec.logs.append((t, line))
