@@ -178,7 +178,6 @@ class EngineMetrics:
         self.tracked: dict[str, _Tracked] = {}
         # for the stats log line: tokens since the last line, prefix figures of recent admissions
         self.interval_prompt = self.interval_generation = 0
-        self.interval_prompt_reqs = self.interval_hits = 0  # SGLang's Prefill batch line
         self.client_aborts = 0  # admitted requests whose client left (SGLang counts them aborted)
         self.recent_prefix: deque[tuple[int, int]] = deque(maxlen=PREFIX_WINDOW)
         self.completed = 0
@@ -204,7 +203,6 @@ class EngineMetrics:
                 hist["vllm:time_to_first_token_seconds"].observe(end - track.arrival)
                 counters["vllm:prompt_tokens"] += track.prompt_tokens
                 self.interval_prompt += track.prompt_tokens
-                self.interval_prompt_reqs += 1
             else:  # the gap since its previous token (a preempted request's includes the recompute)
                 hist["vllm:inter_token_latency_seconds"].observe(end - track.last)
             track.last = end
@@ -216,7 +214,6 @@ class EngineMetrics:
         counters["vllm:num_preemptions"] += res.preemptions  # a live reconfigure's too (StepResult)
         counters["vllm:prefix_cache_queries"] += res.prefix_queries
         counters["vllm:prefix_cache_hits"] += res.prefix_hits
-        self.interval_hits += res.prefix_hits
         if res.prefix_queries:
             self.recent_prefix.append((res.prefix_queries, res.prefix_hits))
         if res.prefill_tokens or res.decode_seqs:
@@ -473,7 +470,7 @@ class StatsLog:
         """vLLM's stats line for the last interval (SGLang logs per batch, :meth:`step`; trtllm-serve's
         iteration log is off by default)."""
         prompt, generation = m.interval_prompt / interval, m.interval_generation / interval
-        m.interval_prompt = m.interval_generation = m.interval_prompt_reqs = m.interval_hits = 0
+        m.interval_prompt = m.interval_generation = 0
         busy = bool(prompt or generation)
         if m.cfg.dialect == "vllm" and (busy or self.last_busy):  # vLLM: idle after idle goes to DEBUG
             self.write(
