@@ -87,7 +87,7 @@ def prefill_batches(records: pl.DataFrame | None) -> pl.DataFrame:
         return empty
     out = rows.select(
         pl.col("ts").cast(pl.Datetime("ms", "UTC")),
-        pl.col("message").str.extract(r"#new-token: (\d{1,9})\b", 1).cast(pl.Int64).alias("new_tokens"),
+        pl.col("message").str.extract(_NEW_TOKENS.pattern, 1).cast(pl.Int64).alias("new_tokens"),
     )
     return out.drop_nulls().sort("ts")
 

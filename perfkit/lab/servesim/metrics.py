@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from perfkit.lab.serve_clock import Histogram
 from perfkit.lab.servesim import dialect_metrics as dialects
-from perfkit.lab.sim.dialects import DECODE_LOG_INTERVAL, decode_batch, prefill_batch
+from perfkit.lab.sim.dialects import Batches, decode_batch, prefill_batch
 from perfkit.lab.sim.exporters import ITL_BUCKETS, REQUEST_BUCKETS, TTFT_BUCKETS
 
 if TYPE_CHECKING:
@@ -445,7 +445,7 @@ class StatsLog:
         self.sink, self.epoch, self.pid, self.dialect = sink, epoch, pid, dialect
         self.last_busy = False
         self.next_at = STATS_INTERVAL_S
-        self.decode_steps, self.decode_tokens, self.decode_since = 0, 0, 0.0  # SGLang's decode-line count
+        self.batches = Batches(0.0)  # SGLang's decode-line count (perfkit.lab.sim.dialects)
 
     def write(
         self, v: float, where: str, message: str, process: str = "APIServer", level: str = "INFO"
@@ -496,17 +496,10 @@ class StatsLog:
                 seqs, res.prefill_tokens, res.prefix_hits, res.kv_usage, res.num_running, res.num_waiting
             )
             self._line(dialects.sglang_record(self.epoch + end, line))
-        if res.decode_seqs:
-            self.decode_steps, self.decode_tokens = (
-                self.decode_steps + 1,
-                self.decode_tokens + res.decode_seqs,
-            )
-            if self.decode_steps >= DECODE_LOG_INTERVAL:
-                used = int(res.kv_usage * m.cfg.kv_capacity_tokens())
-                tps = self.decode_tokens / max(end - self.decode_since, 1e-9)
-                line = decode_batch(res.num_running, used, res.kv_usage, tps, res.num_waiting)
-                self._line(dialects.sglang_record(self.epoch + end, line))
-                self.decode_steps, self.decode_tokens, self.decode_since = 0, 0, end
+        if res.decode_seqs and (tps := self.batches.decoded(end, res.decode_seqs)) is not None:
+            used = int(res.kv_usage * m.cfg.kv_capacity_tokens())
+            line = decode_batch(res.num_running, used, res.kv_usage, tps, res.num_waiting)
+            self._line(dialects.sglang_record(self.epoch + end, line))
 
     def startup(self, v: float, cfg: SimConfig, version: str) -> None:
         """vLLM 0.10.1's start-up records that carry the engine's settings (see module docstring), or

@@ -310,6 +310,17 @@ class Batches:
     def __init__(self, since: float) -> None:
         self.steps, self.tokens, self.since, self.cached = 0, 0, since, 0
 
+    def decoded(self, end: float, n_decode: int) -> float | None:
+        """Count one decode step of ``n_decode`` sequences ending at ``end``; on every
+        :data:`DECODE_LOG_INTERVAL`-th, the generation throughput since the last decode line (SGLang's
+        ``last_gen_throughput``: tokens over the time since), and the count starts again; else None."""
+        self.steps, self.tokens = self.steps + 1, self.tokens + n_decode
+        if self.steps < DECODE_LOG_INTERVAL:
+            return None
+        tps = self.tokens / max(end - self.since, 1e-9)
+        self.steps, self.tokens, self.since = 0, 0, end
+        return tps
+
 
 def sglang_step(rec: Recorder, end: float, prefill_tokens: int, prefill_seqs: int, n_decode: int) -> None:
     """SGLang's scheduler lines for one engine step, as SGLang prints them: a prefill line for every
@@ -324,14 +335,8 @@ def sglang_step(rec: Recorder, end: float, prefill_tokens: int, prefill_seqs: in
         line = prefill_batch(max(1, prefill_seqs), prefill_tokens, st.cached, kv, running, waiting)
         _sglang_log(rec, end, line)
         st.cached = 0
-    if n_decode:
-        st.steps, st.tokens = st.steps + 1, st.tokens + n_decode
-        if st.steps >= DECODE_LOG_INTERVAL:
-            used = int(kv * rec.cfg.kv_capacity_tokens)
-            _sglang_log(
-                rec, end, decode_batch(running, used, kv, st.tokens / max(end - st.since, 1e-9), waiting)
-            )
-            st.steps, st.tokens, st.since = 0, 0, end
+    if n_decode and (tps := st.decoded(end, n_decode)) is not None:
+        _sglang_log(rec, end, decode_batch(running, int(kv * rec.cfg.kv_capacity_tokens), kv, tps, waiting))
 
 
 def cached(rec: Recorder, hit: int) -> None:
