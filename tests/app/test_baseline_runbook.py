@@ -179,11 +179,14 @@ def test_the_gate_catches_a_slowed_reference_server(tmp_path):
         second = br.open_capture(url=url, model="lab", out_dir=str(tmp_path / "b"), store=str(folder), **load)
     assert second.verdict["verdict"] == "regress", second.verdict["summary"]
     assert "median_itl_ms" in second.verdict["regressed"]
-    # no per-token metric passes a 60 % slowdown: each regressed, or (120 requests of which a loaded
-    # machine makes only a few independent) is not judged, saying why
+    # no per-token metric passes a 60 % slowdown silently: each regressed, or is not judged (120
+    # requests of which a loaded machine makes only a few independent), saying why, or passes only
+    # because the runs' own measured noise (a stall of the shared machine in one block of requests
+    # moves a mean) made its band wider than the change, which the row shows
     for m in second.verdict["metrics"]:
         if m["metric"] in ("median_tpot_ms", "mean_tpot_ms", "median_itl_ms", "mean_itl_ms"):
-            assert m["status"] == "regressed" or "too few requests" in (m.get("why") or ""), m
+            noisy = m["band_from"] == "noise" and m["new"] - m["median"] <= m["band"]
+            assert m["status"] == "regressed" or "too few requests" in (m.get("why") or "") or noisy, m
     bench = br.result(second).finding
     assert bench.figure is not None and bench.data["mode"] == "ran"  # each request, from the records
     assert len(store.list_baselines(folder)) == 1  # a regressed run is not added

@@ -3,6 +3,7 @@ what a path is (issue 22 U). The stress inputs are SYNTHETIC, generated here int
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
@@ -52,11 +53,17 @@ def _tiny(path, n: int, shape: str):
 
 
 def _best_of(runs: int, fn) -> float:
+    """Best wall time of ``runs`` calls, the garbage collector held off while timing (a gen-2
+    collection landing in one size and not the other is noise, not the algorithm)."""
     best = float("inf")
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
+    gc.disable()
+    try:
+        for _ in range(runs):
+            t = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t)
+    finally:
+        gc.enable()
     return best
 
 
@@ -83,14 +90,16 @@ def _per_event_work(n: int) -> None:
 
 
 def test_time_is_linear_in_events():
-    """4x the events (each its own stream, step and DataLoader call) take about 4x the time,
-    best of 5 on a machine shared with other jobs: the old idle breakdown (a pass per stream),
-    step membership (a pass per step) and data-loader sum (a pass per step) took 16x, and
-    minutes at 100k. Bound 10x."""
+    """8x the events (each its own stream, step and DataLoader call) take about 8-11x the time
+    (a sort is n log n; caches), best of 5 on a machine shared with other jobs; the old idle
+    breakdown (a pass per stream), step membership (a pass per step) and data-loader sum (a pass
+    per step) were quadratic: 64x, and minutes at 100k. Bound 24x, about the geometric middle
+    of the two, so neither noise nor a return to quadratic decides it by a few percent (a 4x
+    size step with a 10x bound failed once at 10.1x on a loaded CI machine)."""
     _per_event_work(25_000)  # warm
-    t_small = _best_of(5, lambda: _per_event_work(25_000))
+    t_small = _best_of(5, lambda: _per_event_work(12_500))
     t_large = _best_of(5, lambda: _per_event_work(100_000))
-    assert t_large / t_small < 10.0 and t_large < 10.0, (t_small, t_large)
+    assert t_large / t_small < 24.0 and t_large < 10.0, (t_small, t_large)
 
 
 @pytest.mark.parametrize("shape", ["streams", "steps"])
