@@ -2,8 +2,9 @@
 loose windows, shared fleets and restarts.
 
     python benchmarks/triage_accuracy.py [SCENARIOS_DIR] [--seeds N [--seed-base B | --fixed-seeds]]
-                                         [--variants] [--dialect sglang,trtllm] [--jobs J] [--out DIR]
-                                         [--only NAME,NAME]
+                                         [--variants] [--dialect sglang,trtllm]
+                                         [--framework megatron,torchtitan,deepspeed,hf] [--jobs J]
+                                         [--out DIR] [--only NAME,NAME]
 
 Without options it grades the embedded bundles (``data/scenarios``): top-1 accuracy, the confusion
 list, false confirmations on healthy controls, and the margin of every threshold cut the rows report.
@@ -17,7 +18,11 @@ restart variants of every scenario (:mod:`perfkit.lab.sim.variants`) on the same
 scenario's own seed without ``--seeds``). ``--dialect sglang,trtllm`` (issue 24) adds each inference
 scenario told by that engine (:mod:`perfkit.lab.sim.dialects`: its metric names, buckets and log lines,
 with only the signals it exports), in columns ``base/<dialect>`` beside the vLLM telling ``base``, so a
-direction that holds on vLLM and not on another engine shows in one table. Bundles go to ``--out`` (kept) or a temporary folder (each
+direction that holds on vLLM and not on another engine shows in one table. ``--framework
+megatron,torchtitan,deepspeed,hf`` (issue 25) adds each training scenario told by that framework
+(:mod:`perfkit.lab.sim.training_frameworks`: its own log lines and TensorBoard scalars, no
+``train_*``), in columns ``base/<framework>``; a cell whose answer rests on a signal the framework
+never logs (:data:`NEVER_LOGGED`) is named as such and not held to the seed target. Bundles go to ``--out`` (kept) or a temporary folder (each
 removed once graded). ``--jobs`` runs that many processes (an inference bundle takes ~5 s to simulate,
 ~15 s as a shared fleet; a training one ~1 s; triage ~1-3 s).
 
@@ -54,6 +59,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1] / "data" / "scenarios"
 MARGIN_FLAG = 0.05  # a cut decided within 5 % of its cut-off: another seed may fall the other way
 MIN_SEEDS_RIGHT = 5  # issue 9: every scenario right on >= 5 other seeds
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "hf")
+NEVER_LOGGED: dict[tuple[str, str], str] = {
+    # (framework, direction) -> the signal that framework never writes, so no reading of its
+    # evidence can confirm the direction (perfkit.lab.sim.training_frameworks)
+    ("deepspeed", "data_pipeline"): "data wait (DeepSpeed does not time the DataLoader)",
+    ("hf", "data_pipeline"): "data wait (the HF Trainer logs no step timing)",
+    ("torchtitan", "data_pipeline"): "the slowest rank's data wait (torchtitan writes rank 0's "
+    "time_metrics/data_loading only, unless --metrics.save_for_all_ranks)",
+    ("torchtitan", "network_communication"): "exposed communication (torchtitan logs no collective time)",
+    ("hf", "network_communication"): "exposed communication (the HF Trainer logs none)",
+    ("deepspeed", "training_instability"): "the loss (DeepSpeed prints none; the training script does)",
+}
 MIN_SCORE = 0.99  # issue 27: >= 99 % right on fresh seeds, false confirmations counted twice
 
 
@@ -134,7 +151,9 @@ def run_task(task: tuple[str, str, int | None, str, bool]) -> Outcome:
         factory, generate = base_specs()[name]
         spec = replace(factory(), seed=seed)
         variant, _, dialect = variant.partition("/")  # "base/sglang": the plain telling in SGLang's words
-        if dialect:
+        if dialect in FRAMEWORKS:  # "base/megatron": a training job told by Megatron-LM's own lines
+            spec = replace(spec, framework=dialect)
+        elif dialect:
             spec = replace(spec, dialect=dialect)
         out = Path(where) / name / f"{variant}-{dialect or 'vllm'}-{seed}"
         shutil.rmtree(out, ignore_errors=True)
@@ -199,17 +218,25 @@ def _generated_tables(generated: list[Outcome], columns: list[str], n_seeds: int
     print(f"\n== generated bundles: right / total per variant (target: >= {need} right per cell) ==")
     print(f"{'scenario':{width}}  {'answer':28}  " + "  ".join(f"{c:>12}" for c in columns))
     missed = []
+    never: set[str] = set()
     for name in names:
         want = next((o.want for o in generated if o.scenario == name and o.want != "?"), "?")
         cells = []
         for c in columns:
             runs = by.get((name, c), [])
             right = sum(o.correct for o in runs)
-            flag = "" if right >= need or not runs else " !"
-            if flag:
+            unlogged = NEVER_LOGGED.get((c.partition("/")[2], want))
+            flag = "" if right >= need or not runs else " n" if unlogged else " !"
+            if flag == " !":
                 missed.append(f"{name} ({c}: {right}/{len(runs)})")
+            elif flag:
+                never.add(f"{c.partition('/')[2]}: {unlogged}")
             cells.append(f"{right}/{len(runs)}{flag}" if runs else "-")
         print(f"{name:{width}}  {want:28}  " + "  ".join(f"{c:>12}" for c in cells))
+    if never:
+        print("  n: the answer rests on a signal the framework never logs:")
+        for line in sorted(never):
+            print(f"     {line}")
     print(
         "\n== per triage row (direction): confirmed at rank 1 when it is the answer / false confirmations =="
     )
@@ -313,6 +340,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="comma-separated engine dialects (sglang, trtllm, trtllm-1.1): every inference scenario also "
         "told in each engine's own metric names and log lines (columns base/<dialect>)",
     )
+    p.add_argument(
+        "--framework",
+        default="",
+        help="comma-separated training frameworks (megatron, torchtitan, deepspeed, hf): every training "
+        "scenario also told by each framework's own log lines and TensorBoard scalars (columns base/<framework>)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     p.add_argument(
         "--out", type=Path, default=None, help="keep generated bundles here (default: a temp folder)"
@@ -321,6 +354,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.seeds < 0 or args.seeds > 100:
         p.error("--seeds wants 0..100")
+    bad = [f for f in args.framework.split(",") if f.strip() and f.strip() not in FRAMEWORKS]
+    if bad:
+        p.error(f"--framework: unknown {', '.join(bad)} (choose from {', '.join(FRAMEWORKS)})")
     if args.jobs < 1 or args.jobs > 64:
         p.error("--jobs wants 1..64")
     if args.seed_base is not None and (args.fixed_seeds or args.seed_base < 0):
@@ -354,7 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     dialects = [d.strip() for d in args.dialect.split(",") if d.strip()]
     columns = (["base"] if args.seeds or dialects else []) + (list(VARIANTS) if args.variants else [])
-    columns += [f"base/{d}" for d in dialects]
+    frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
+    columns = (["base"] if frameworks and "base" not in columns else []) + columns
+    columns += [f"base/{d}" for d in dialects] + [f"base/{f}" for f in frameworks]
     tmp = None
     if columns:
         out = args.out
@@ -375,8 +413,9 @@ def main(argv: list[str] | None = None) -> int:
                 seeds = fresh_seeds(args.seed_base, name, args.seeds)
             inference = hasattr(spec, "service")
             for variant in columns:
-                if "/" in variant and not inference:
-                    continue  # training jobs have no serving engine
+                told = variant.partition("/")[2]
+                if told and (told in FRAMEWORKS) == inference:
+                    continue  # a serving engine tells inference, a framework training
                 cost = (3 if variant == "shared-fleet" else 2 if variant == "loose-window" else 1) * (
                     5 if inference else 1
                 )

@@ -68,6 +68,9 @@ class TrainingEvidence:
     #: rank-mean loss by optimizer step from the trainer's log lines: "baseline" (logged before the
     #: incident window) and "incident"; a step run twice (a restart from a checkpoint) is on both sides
     loss_by_step: dict[str, dict[int, float]] | None = None
+    #: where each signal came from: "perfkit TrainMetrics (train_step_duration_seconds)" or a
+    #: framework's log lines ("Megatron-LM log lines (trainer_step_seconds)")
+    sources: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -168,9 +171,35 @@ def _grid(scrape_s: float, w: Window) -> float:
     return max(scrape_s, w.seconds / MAX_GRID_POINTS)
 
 
+_SIGNALS = ("train_step", "train_data_wait", "train_comm", "train_loss", "train_tokens_per_gpu", "train_mfu")
+
+
+def signal_sources(engine: Any) -> dict[str, str]:
+    """Where each training signal comes from: perfkit's exporter, or which framework's log lines
+    (the ``framework`` label :mod:`perfkit.sources.trainer_series` gives its series)."""
+    out: dict[str, str] = {}
+    store = getattr(engine, "store", None)
+    for signal in _SIGNALS:
+        metric = S.resolve(engine, signal).metric
+        if metric is None:
+            continue
+        if not metric.startswith("trainer_"):
+            out[signal] = f"perfkit TrainMetrics ({metric})"
+            continue
+        frame = store.get(metric) if store is not None else None
+        names = (
+            sorted(set(frame["framework"].to_list()))
+            if frame is not None and "framework" in frame.columns
+            else []
+        )
+        titles = ", ".join(names) or "a framework"  # the label holds the framework's title
+        out[signal] = f"{titles} log lines ({metric})"
+    return out
+
+
 def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
     sides = [(s, w) for s, w in (("baseline", inc.baseline), ("incident", inc.window)) if w is not None]
-    present = S.resolve(engine, "train_step").found
+    present = S.resolve(engine, "train_step").found or S.resolve(engine, "train_loss").found
     ev = TrainingEvidence(present)
     if S.resolve(engine, "gpu_util").found:
         scrape = min((scrape_interval(engine, "gpu_util", w) or MIN_SCRAPE_S for _, w in sides), default=0.0)
@@ -181,8 +210,10 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
             ev.util_swing_pct[side] = util_swing(util)
     if not present:
         return ev
+    ev.sources = signal_sources(engine)
+    paced_by = "train_step" if S.resolve(engine, "train_step").found else "train_loss"
     ev.scrape_s = min(
-        (s for s in (scrape_interval(engine, "train_step", w) for _, w in sides) if s is not None),
+        (s for s in (scrape_interval(engine, paced_by, w) for _, w in sides) if s is not None),
         default=None,
     )
     for side, w in sides:  # the baseline first: its roughness is the incident's spike scale
@@ -201,6 +232,9 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
         ev.tokens_per_s[side] = thr.tokens_per_s_per_gpu if thr else None
         if thr:
             ev.tokens_note[side] = f"per GPU, the mean of {thr.ranks_reporting} exporting ranks"
+        elif (tps := S.gauge_stat(engine, "train_tokens_per_gpu", w, "avg", combine="avg")) is not None:
+            ev.tokens_per_s[side] = tps
+            ev.tokens_note[side] = "per GPU, as the framework's log line reports it (torchtitan tps)"
         ev.step_jitter[side] = step_jitter(
             S.gauge_series(engine, "train_step", w, grid, combine="avg", by=("rank",))
         )

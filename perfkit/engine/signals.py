@@ -52,11 +52,17 @@ GAUGES: dict[str, tuple[str, ...]] = {
     "sm_clock": ("DCGM_FI_DEV_SM_CLOCK",),
     "gpu_temp": ("DCGM_FI_DEV_GPU_TEMP",),
     "xid": ("DCGM_FI_DEV_XID_ERRORS",),
-    # training jobs (perfkit's documented names; perfkit/sources/train_exporter.py exports them)
-    "train_step": ("train_step_duration_seconds",),
-    "train_data_wait": ("train_data_wait_seconds",),
-    "train_comm": ("train_comm_seconds",),
-    "train_loss": ("train_loss",),
+    # training jobs: perfkit's documented names (perfkit/sources/train_exporter.py exports them),
+    # then what a framework's own log lines give (perfkit/sources/trainer_series.py)
+    "train_step": ("train_step_duration_seconds", "trainer_step_seconds"),
+    "train_data_wait": ("train_data_wait_seconds", "trainer_data_wait_seconds"),
+    "train_comm": ("train_comm_seconds", "trainer_comm_seconds"),
+    "train_loss": ("train_loss", "trainer_loss"),
+    "train_grad_norm": ("trainer_grad_norm",),
+    "train_tokens_per_gpu": ("trainer_tokens_per_second_per_gpu",),
+    "train_samples_rate": ("trainer_samples_per_second",),
+    "train_tflops": ("trainer_tflops_per_gpu",),
+    "train_mfu": ("trainer_mfu_ratio",),
 }
 _SERVING_COUNTERS = (
     "prompt_tokens_total",

@@ -41,6 +41,7 @@ from perfkit.errors import BundleError
 from perfkit.sources import openmetrics
 from perfkit.sources.incident_file import read_incident
 from perfkit.sources.safeio import not_regular, outside, size_text
+from perfkit.sources.trainer_series import TrainerEvidence, trainer_store
 
 MAX_EVENTS_BYTES = 64 * 2**20
 """Largest events.csv read: about half a million events, far more than any incident's history."""
@@ -67,6 +68,7 @@ class Bundle:
     missing: list[str] = field(default_factory=list)
     scope: ScopeReport | None = None  # what the workload scope kept (None: not scoped)
     traces: list[Path] = field(default_factory=list)  # profiler trace files under traces/, sorted
+    trainer: TrainerEvidence | None = None  # a training framework's lines as series (merged into store)
 
     def trace_runs(self) -> dict[str, list[Path]]:
         """The trace files by profiled run: ``""`` for files directly in ``traces/``, else the name
@@ -148,6 +150,7 @@ def load_bundle(
     logs = pl.DataFrame(schema=LOG_SCHEMA)
     stats = pl.DataFrame(schema=STATS_SCHEMA)
     unknown = 0
+    trainer = None
     if log_paths:
         from perfkit.sources.logs import read_logs
 
@@ -156,10 +159,51 @@ def load_bundle(
         missing.extend(f"logs: {err}" for err in result.errors)
     elif not any(m.startswith("logs: ") for m in missing):
         missing.append("logs: the bundle has no logs/")
+    scalars = _tensorboard(root, missing)
+    if (
+        log_paths or scalars is not None
+    ):  # a framework's own step lines and scalars: the training rows read them
+        trainer = trainer_store(logs, mtimes=_mtimes(log_paths), scalars=scalars)
+        if trainer.store.frames:
+            store = store.merge(trainer.store)
+            missing.extend(f"logs: {note}" for note in trainer.notes)
     traces = _trace_members(root, missing)
     if traces:
         files["traces"] = [_rel(p, root) for p in traces]
-    return Bundle(root, inc, store, events, logs, stats, unknown, files, missing, report, traces)
+    return Bundle(root, inc, store, events, logs, stats, unknown, files, missing, report, traces, trainer)
+
+
+def _tensorboard(root: Path, missing: list[str]) -> pl.DataFrame | None:
+    """The scalars of the event files under ``tensorboard/`` (None when there is no such folder)."""
+    folder = root / "tensorboard"
+    if not os.path.lexists(folder):
+        return None
+    refused = _refusal_dir(folder, root)
+    if refused is not None:
+        missing.append(f"tensorboard: tensorboard/ {refused}")
+        return None
+    from perfkit.sources.tensorboard import read_scalars
+
+    try:
+        return read_scalars(folder)
+    except BundleError as err:
+        missing.append(f"tensorboard: {err}")
+        return None
+
+
+def _mtimes(paths: list[Path]) -> dict[str, float]:
+    """Each log file's modification time by the name :func:`perfkit.sources.logs.read_logs` gives
+    it (the time of its last line: framework lines without a time are placed back from it)."""
+    from perfkit.sources.logs import expand, source_names
+
+    files = expand(paths)
+    out: dict[str, float] = {}
+    for path, name in zip(files, source_names(files), strict=True):
+        try:
+            out[name] = path.stat().st_mtime
+        except OSError:
+            continue
+    return out
 
 
 def read_scoped(

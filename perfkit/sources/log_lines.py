@@ -16,6 +16,7 @@ import polars as pl
 
 from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, SchemaDict, Window, to_ms
 from perfkit.sources.engine_lines import SGLANG_ARGS, is_trtllm_launch, sglang_stats
+from perfkit.sources.trainer_lines import trainer_kind
 
 #: JSON keys tried, in order, for the timestamp, the message and the level of a JSON line
 #: (``asctime``/``levelname``: vLLM's JSON logging, python-json-logger with vLLM's ``JSON_FORMAT``)
@@ -424,8 +425,12 @@ class _Parser:
             return
         if stats is None:
             what = "vllm_launch" if _is_launch(text) else "sglang" if SGLANG_ARGS in text else None
-            if what:
-                self.out.record(ts, self.source, lineno, what, level, text)
+            trainer = None if what else trainer_kind(text)  # perfkit.sources.trainer_lines
+            if trainer and trainer != "megatron_timer":  # a progress line: its own stamp, or none
+                m = _ISO_TS.search(text, 0, 96) if own_ts is None else None
+                ts = _iso_ms(m) if m else own_ts
+            if what or trainer:
+                self.out.record(ts, self.source, lineno, what or trainer or "", level, text)
             else:
                 self.unknown += 1
             return
@@ -563,19 +568,12 @@ def _json_ts(value: object) -> int | None:
     try:
         return epoch_ms(float(text))
     except ValueError:
-        pass
-    m = _ISO_TS.fullmatch(text) if text[:1].isdigit() else None
-    if m is None:
-        return None
-    return _iso_ms(m)
+        m = _ISO_TS.fullmatch(text) if text[:1].isdigit() else None
+    return None if m is None else _iso_ms(m)
 
 
 def _first(obj: dict[str, object], keys: tuple[str, ...]) -> object:
-    for key in keys:
-        value = obj.get(key)
-        if value is not None:
-            return value
-    return None
+    return next((v for v in (obj.get(k) for k in keys) if v is not None), None)
 
 
 def _json_fields(text: str) -> tuple[int, str | None, str] | None:

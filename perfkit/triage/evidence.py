@@ -391,7 +391,12 @@ def oom_shortfall(logs: pl.DataFrame | None, window: Window) -> dict[str, float]
     return best
 
 
-TRAINING = ("train_step_duration_seconds", "train_data_wait_seconds", "train_comm_seconds", "train_loss")
+TRAINING = (
+    "train_step",
+    "train_data_wait",
+    "train_comm",
+    "train_loss",
+)  # signals: train_* or a framework's lines
 
 
 #: how the sources name a release history they did not get (sources.bundle, sources.live)
@@ -461,9 +466,11 @@ def gather(
         missing.append("host: no node exporter CPU metrics in window")
     if logs is None or not logs.height:
         missing.append("logs: none in window (OOM, NCCL and Xid lines unchecked)")
-    training = {name: engine.has(name) for name in TRAINING}
+    training = {name: S.resolve(engine, name).found for name in TRAINING}
     if not any(training.values()):
-        missing.append("training: no train_* metrics (data-wait, comm and loss rows unchecked)")
+        missing.append(
+            "training: no train_* metrics and no framework step lines (data-wait, comm and loss rows unchecked)"
+        )
     if not events.height:
         missing.append("events: no deploy history (release_regression unchecked)")
     # the engine's settings (chunked prefill, batch limits): its start-up log lines, its info metrics

@@ -143,7 +143,10 @@ def verify_gpu_cpu(ev: Evidence) -> Verification:
     wait = _data_wait(ev)
     if wait is None:
         return Verification(
-            "inconclusive", "no train_data_wait_seconds: the data-wait share of the step is unknown", numbers
+            "inconclusive",
+            "no data-wait timer (train_data_wait_seconds, Megatron's batch-generator, torchtitan's "
+            "data_loading): the data-wait share of the step is unknown",
+            numbers,
         )
     if wait:
         why = f"the slowest rank waits for data {i:.0%} of each step (baseline {b or 0:.0%})"
@@ -242,6 +245,18 @@ def verify_gpu_net(ev: Evidence) -> Verification:
     if i is None:
         return Verification("inconclusive", "no NCCL lines and no train_comm_seconds to check", numbers)
     comm_up = _comm_up(ev)
+    if comm_up and w is None and detect_gpu_cpu(ev).detected:
+        # Without a data-wait timer (DeepSpeed, the HF Trainer log none) ranks waiting in the
+        # collective for a slow rank's batch look exactly like a slow network, and the host is busy
+        # with data loading: the network is not shown to be the cause.
+        return Verification(
+            "inconclusive",
+            f"exposed communication is {i:.0%} of the step (baseline {b or 0:.0%}), but the host is busy "
+            "feeding the GPUs and no data-wait timer is logged: ranks waiting in the collective for a "
+            "slow rank's batch look the same",
+            numbers,
+            cuts_of(comm_up),
+        )
     if comm_up:
         return Verification(
             "confirmed",

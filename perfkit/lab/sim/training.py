@@ -25,6 +25,7 @@ from perfkit.core.frames import iso
 from perfkit.lab.sim.bundle import write_metrics
 from perfkit.lab.sim.training_engine import simulate
 from perfkit.lab.sim.training_exporters import _emit
+from perfkit.lab.sim.training_frameworks import write_scalars
 from perfkit.lab.sim.training_model import TrainingSpec
 from perfkit.lab.sim.training_traces import TRACED, write_traces
 
@@ -76,6 +77,13 @@ def generate(spec: TrainingSpec, out: Path, *, duration_s: float | None = None) 
     (out / "logs").mkdir(exist_ok=True)
     n_lines = write_metrics(out / "metrics", series.values())
     (out / "logs" / "train.log").write_text("\n".join(log_lines) + "\n", encoding="utf-8")
+    if run.scalars:  # a framework's TensorBoard scalars (lab/sim/training_frameworks.py)
+        stamp = int(spec.start.timestamp())
+        write_scalars(
+            run.scalars,
+            out / "tensorboard" / spec.framework,
+            f"events.out.tfevents.{stamp}.{spec.cluster.hostname_prefix}01",
+        )
     _write_events(spec, out)
     _write_incident(spec, out)
     if spec.id in TRACED:  # profiler traces of a few steps per window (perfkit.lab.sim.training_traces)

@@ -11,11 +11,12 @@ cause; it returns a :class:`TrainingRun` (what happened, step by step), which
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from perfkit.lab.sim import training_frameworks as frameworks
 from perfkit.lab.sim.training_logs import _LauncherLogs
 from perfkit.lab.sim.training_model import Proc, Setup, TrainingSpec
 from perfkit.lab.sim.training_physics import (
@@ -61,6 +62,9 @@ class TrainingRun:
     procs: list[Proc]
     segments: list[tuple[float, float, dict[str, float]]]  # startup/hang amounts on node 0
     logs: list[tuple[float, str]]
+    scalars: list[tuple[str, float, int, float]] = field(
+        default_factory=list
+    )  # TensorBoard (tag, v, step, wall)
 
     def shares(self, t0: float, t1: float) -> dict[str, float]:
         """Mean shares of step time over steps that start in [t0, t1) (all ranks)."""
@@ -96,6 +100,7 @@ class _Sim(_LauncherLogs):
         self.spikes: list[tuple[int, float]] = []  # (step it started, amplitude)
         self.bad = sorted(spec.bad_batches)
         self.tps_window: list[tuple[float, float]] = []
+        self.scalars: list[tuple[str, float, int, float]] = []  # TensorBoard points (a framework's)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -391,6 +396,15 @@ class _Sim(_LauncherLogs):
             dur = sum(d for d, _ in self.tps_window)
             tps = sum(k for _, k in self.tps_window) / dur if dur > 0 else 0.0
             mem = float(np.max(out["peak"][:g]) - memory_components(m, env)["overhead"] + 0.5 * GIB) / GIB
+            if sp.framework != "perfkit":  # the framework's own lines (lab/sim/training_frameworks.py)
+                iv = frameworks.interval(self.rows[-len(self.tps_window) :], n, m.params, self.c.peak_tflops)
+                for text in frameworks.lines(
+                    sp.framework, sp.at(out["t_end"]), iv, mem, self.c.torch_capacity_gib
+                ):
+                    self.log(out["t_end"], text)
+                self.scalars += frameworks.scalars(sp.framework, sp.start.timestamp() + out["t_end"], iv, mem)
+                self.tps_window = []
+                return
             self.pylog(
                 out["t_end"],
                 0,
@@ -443,6 +457,7 @@ class _Sim(_LauncherLogs):
             procs=self.procs,
             segments=self.segments,
             logs=sorted(self.logs, key=lambda x: x[0]),
+            scalars=self.scalars,
         )
 
 

@@ -174,6 +174,7 @@ class TrainingSpec:
     nccl_timeout_s: float = 600.0  # ProcessGroupNCCL timeout (Timeout(ms)=600000)
     ib_error_s: float = 30.0  # IB retry exhaustion (NCCL_IB_TIMEOUT=20, retry 7) before the error
     launcher: str = "torchrun"  # torchrun (elastic agent tears ranks down) | srun (hung ranks wait)
+    framework: str = "perfkit"  # whose lines tell it: perfkit (train_* + step line) | megatron | torchtitan | deepspeed | hf
     log_every: int = 10
     scrape_interval_s: float = 15.0
     observed_nodes: int = 1

@@ -1,0 +1,86 @@
+"""The training rows on a job told by its framework's own lines (issue 25): no ``train_*`` series,
+only Megatron-LM's, torchtitan's, DeepSpeed's or the HF Trainer's lines and TensorBoard scalars,
+as the training simulator writes them with ``framework:`` (perfkit.lab.sim.training_frameworks).
+
+The expected answers are the scenarios' answer keys (written with the scenario), and for the
+framework that never logs a signal, that the row says so rather than guessing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from perfkit.app.drills.grading import grade_bundle
+from perfkit.app.runner.embedded import base_specs
+from perfkit.sources.bundle import load_bundle
+from perfkit.triage.table import triage_bundle
+
+
+def _told(name: str, framework: str, tmp_path):
+    factory, generate = base_specs()[name]
+    out = tmp_path / f"{name}-{framework}"
+    generate(replace(factory(), framework=framework), out)
+    return out
+
+
+def _row(result, direction: str) -> dict:
+    return next(r for r in result.to_json()["directions"] if r["id"] == direction)
+
+
+@pytest.mark.parametrize(
+    "name", ["dataloader-starvation", "allreduce-scaling-64gpu", "loss-spikes-no-warmup", "train-healthy"]
+)
+def test_megatron_lines_give_the_answer_the_exporter_gives(name, tmp_path):
+    bundle = _told(name, "megatron", tmp_path)
+    exported = "".join(p.read_text() for p in (bundle / "metrics").glob("*.om"))
+    assert "DCGM_FI_DEV_GPU_UTIL" in exported and "train_step_duration_seconds" not in exported
+    g = grade_bundle(bundle)
+    assert g.correct, (g.want, g.got, g.confirmed)
+    if g.want == "none":
+        assert not g.confirmed
+
+
+def test_the_rows_name_the_framework_their_numbers_came_from(tmp_path):
+    bundle = _told("dataloader-starvation", "megatron", tmp_path)
+    b = load_bundle(bundle)
+    assert b.trainer is not None and b.trainer.frameworks.get("Megatron-LM", 0) > 0
+    assert "batch-generator" in b.trainer.timers
+    assert "batch-generator" in b.trainer.sources["trainer_data_wait_seconds"]
+    row = _row(triage_bundle(bundle), "data_pipeline")
+    assert row["verdict"] == "confirmed", row
+
+
+def test_without_a_data_wait_timer_the_network_is_not_blamed_for_a_starved_loader(tmp_path):
+    """DeepSpeed times its allreduce but not the DataLoader: in a starved job the fast ranks wait in
+    the allreduce for the slow one, which looks like a slow network. With the host busy feeding the
+    GPUs the network row stays inconclusive and says why, and the data row names the missing timer."""
+    result = triage_bundle(_told("dataloader-starvation", "deepspeed", tmp_path))
+    net = _row(result, "network_communication")
+    assert (
+        net["verdict"] == "inconclusive" and "no data-wait timer is logged" in net["verification"]["why"]
+    ), net
+    data = _row(result, "data_pipeline")
+    assert data["verdict"] == "inconclusive" and "no data-wait timer" in data["verification"]["why"], data
+
+
+def test_torchtitan_tensorboard_scalars_and_lines_are_both_read(tmp_path):
+    bundle = _told("loss-spikes-no-warmup", "torchtitan", tmp_path)
+    assert list((bundle / "tensorboard").rglob("*tfevents*"))
+    b = load_bundle(bundle)
+    assert b.trainer is not None
+    assert (
+        b.trainer.frameworks.get("torchtitan", 0) > 0
+        and b.trainer.frameworks.get("torchtitan (TensorBoard)", 0) > 0
+    )
+    assert grade_bundle(bundle).correct
+
+
+def test_hf_dicts_without_times_are_placed_by_tensorboard_not_guessed(tmp_path):
+    """The HF Trainer's dicts have no time and a running job has no final dict: they are not placed
+    (the bundle says so); its TensorBoard ``train/loss`` carries wall times and answers instead."""
+    bundle = _told("loss-spikes-no-warmup", "hf", tmp_path)
+    b = load_bundle(bundle)
+    assert any("Hugging Face" in m and "not placed" in m for m in b.missing), b.missing
+    assert b.trainer is not None and "TensorBoard `train/loss`" in b.trainer.sources["trainer_loss"]
+    assert grade_bundle(bundle).correct
