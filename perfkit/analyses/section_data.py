@@ -20,14 +20,16 @@ from perfkit.engine import signals as S
 def training_table(ev: TrainingEvidence) -> pl.DataFrame:
     """One row per training metric: baseline, incident and ``change_x`` (incident / baseline)."""
     rows = []
-    for name, d, unit in (
+    measures: list[tuple[str, dict[str, Any], str]] = [
         ("step time", ev.step_s, "s"),
         ("data wait (slowest rank)", ev.data_wait_share, "share"),
         ("exposed communication", ev.comm_share, "share"),
         ("tokens/s per GPU", ev.tokens_per_s, "tok/s"),
         ("loss roughness", ev.loss_roughness, "rel"),
         ("loss spikes", ev.loss_spikes, "count"),
-    ):
+        *((f"{name} (framework, as reported)", d, unit) for name, (d, unit) in ev.reported.items()),
+    ]
+    for name, d, unit in measures:
         b, i = d.get("baseline"), d.get("incident")
         rows.append(
             {
@@ -61,6 +63,21 @@ def training_series(engine: Any, window: Window, baseline: Window | None) -> dic
         "exposed comm (s, avg)": S.gauge_series(engine, "train_comm", span, step, combine="avg"),
         "loss (avg)": S.gauge_series(engine, "train_loss", span, step, combine="avg"),
     }
+
+
+def throughput_series(engine: Any, window: Window, baseline: Window | None) -> dict[str, pl.DataFrame]:
+    """The throughput a framework's own lines report (tokens/s per GPU, samples/s, TFLOP/s per GPU),
+    over the baseline's start to the incident's end; empty frames where it reports none."""
+    span = Window(baseline.start if baseline else window.start, window.end)
+    step = S.choose_step(span)
+    out = {
+        "tokens/s per GPU (reported)": S.gauge_series(
+            engine, "train_tokens_per_gpu", span, step, combine="avg"
+        ),
+        "samples/s (reported)": S.gauge_series(engine, "train_samples_rate", span, step, combine="avg"),
+        "TFLOP/s per GPU (reported)": S.gauge_series(engine, "train_tflops", span, step, combine="avg"),
+    }
+    return {k: v for k, v in out.items() if v.height}
 
 
 def gpu_activity_series(engine: Any, rel_span: Window) -> dict[str, pl.DataFrame]:

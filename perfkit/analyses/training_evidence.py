@@ -71,6 +71,8 @@ class TrainingEvidence:
     #: where each signal came from: "perfkit TrainMetrics (train_step_duration_seconds)" or a
     #: framework's log lines ("Megatron-LM log lines (trainer_step_seconds)")
     sources: dict[str, str] = field(default_factory=dict)
+    #: the throughput the framework's lines state, per window: name -> ({side: value}, unit)
+    reported: dict[str, tuple[dict[str, float | None], str]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -171,6 +173,11 @@ def _grid(scrape_s: float, w: Window) -> float:
     return max(scrape_s, w.seconds / MAX_GRID_POINTS)
 
 
+_REPORTED = (
+    ("TFLOP/s per GPU", "train_tflops", "TFLOP/s", 1.0),
+    ("MFU", "train_mfu", "%", 100.0),
+    ("samples/s", "train_samples_rate", "samples/s", 1.0),
+)
 _SIGNALS = ("train_step", "train_data_wait", "train_comm", "train_loss", "train_tokens_per_gpu", "train_mfu")
 
 
@@ -235,6 +242,11 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
         elif (tps := S.gauge_stat(engine, "train_tokens_per_gpu", w, "avg", combine="avg")) is not None:
             ev.tokens_per_s[side] = tps
             ev.tokens_note[side] = "per GPU, as the framework's log line reports it (torchtitan tps)"
+        for name, signal, unit, factor in _REPORTED:
+            if S.resolve(engine, signal).found:
+                value = S.gauge_stat(engine, signal, w, "avg", combine="avg")
+                by_side, _ = ev.reported.setdefault(name, ({}, unit))
+                by_side[side] = None if value is None else value * factor
         ev.step_jitter[side] = step_jitter(
             S.gauge_series(engine, "train_step", w, grid, combine="avg", by=("rank",))
         )

@@ -385,10 +385,10 @@ def training_not_exported_section() -> Section:
         Finding(
             "training",
             "Training step breakdown",
-            "no train_* metrics: not a training job, or "
-            "its loop does not export them (perfkit.sources.train_exporter)",
+            "no train_* metrics and no framework step lines (Megatron-LM, torchtitan, DeepSpeed, HF Trainer) "
+            "or TensorBoard scalars: not a training job, or its loop logs neither (perfkit.sources.train_exporter)",
             status="missing",
-            missing=["training: no train_step_duration_seconds"],
+            missing=["training: no step time (train_step_duration_seconds or a framework's lines)"],
         )
     )
 
@@ -399,8 +399,10 @@ def training_section(
     series: Mapping[str, pl.DataFrame],
     inc: Incident,
     events: list[dict[str, Any]],
+    throughput: Mapping[str, pl.DataFrame] | None = None,
 ) -> Section:
-    """Training evidence: step time, data wait and communication shares, tokens/s, and the gauges over time."""
+    """Training evidence: step time, data wait and communication shares, tokens/s, and the gauges
+    over time; ``throughput``: the framework's own tokens/s, samples/s or TFLOP/s over time."""
     fig = figures.timeseries(
         series,
         title="Step time, data wait, communication and loss",
@@ -411,12 +413,18 @@ def training_section(
     )
     share_w, share_c = ev.data_wait_share.get("incident"), ev.comm_share.get("incident")
     tps = ev.tokens_per_s
-    summary = (
-        f"step {ev.step_s.get('incident') or 0:.2f} s vs {ev.step_s.get('baseline') or 0:.2f} s; data wait "
-        f"{(share_w or 0):.0%} of the step on the slowest rank, exposed comm {(share_c or 0):.0%}"
-    )
+
+    def pct(v: float | None) -> str:
+        return "unknown" if v is None else f"{v:.0%}"
+
+    step_i, step_b = ev.step_s.get("incident"), ev.step_s.get("baseline")
+    step = f"step {step_i:.2f} s vs {step_b or 0:.2f} s" if step_i is not None else "step time unknown"
+    summary = f"{step}; data wait {pct(share_w)} of the step on the slowest rank, exposed comm {pct(share_c)}"
     if tps.get("baseline") and tps.get("incident") is not None:
         summary += f"; tokens/s per GPU {tps['incident'] / tps['baseline']:.2f}x the baseline"
+    sources = getattr(ev, "sources", {}) or {}
+    if sources and not all(v.startswith("perfkit TrainMetrics") for v in sources.values()):
+        summary += "; from " + "; ".join(f"{k.removeprefix('train_')}: {v}" for k, v in sources.items())
     f = Finding(
         "training",
         "Training step breakdown",
@@ -425,9 +433,22 @@ def training_section(
         data=ev.as_dict(),
         table=table_from_frame(table),
         figure=_fig_json(fig),
-        figure_caption="train_* gauges from every rank; data wait from the slowest rank at each step",
+        figure_caption="train_* gauges from every rank (or the framework's own lines: see the summary); "
+        "data wait from the slowest rank at each step",
     )
-    return Section(f, table, fig)
+    extra = []
+    if throughput and any(frame.height for frame in throughput.values()):
+        extra.append(
+            figures.timeseries(
+                throughput,
+                title="Throughput as the framework reports it",
+                ytitle="per second",
+                window=inc.window,
+                baseline=inc.baseline,
+                events=events,
+            )
+        )
+    return Section(f, table, fig, extra_figures=extra)
 
 
 def gpu_section(

@@ -64,31 +64,64 @@ def _ratio(a: float | None, b: float | None) -> str:
 # -- efficiency ----------------------------------------------------------------------------------------
 
 
+FRAMEWORK_FORMULAS = {
+    "torchtitan": "torchtitan's MFU = 100 × FLOPs per token × tps / the GPU's peak, FLOPs per token = 6N + "
+    "12·L·H·Q·T (torchtitan/components/metrics.py; tps per device), as reported",
+    "Megatron-LM": "Megatron-LM's throughput per GPU (TFLOP/s/GPU) = num_floating_point_operations(batch) / "
+    "(time per iteration × 10^12 × world size) (megatron/training/training.py: forward + backward model FLOPs, "
+    "attention and logits included), as reported",
+}
+PERFKIT_FORMULA = (
+    "perfkit's MFU = tokens/s × (6N + 12·L·H·Q·T) / (GPUs × the GPU's dense peak) (PaLM, appendix B; "
+    "perfkit/analyses/mfu.py)"
+)
+
+
 def efficiency_section(
-    sides: Mapping[str, Any], util: Mapping[str, Any], why_not: str, notes: Sequence[str]
+    sides: Mapping[str, Any],
+    util: Mapping[str, Any],
+    why_not: str,
+    notes: Sequence[str],
+    reported: Mapping[str, Mapping[str, float | None]] | None = None,
+    frameworks: Sequence[str] = (),
 ) -> Section:
     """Tokens/s per GPU of each window from all ranks (scaled when only some export) and MFU/HFU.
     ``sides``: window -> :class:`~perfkit.analyses.scaling.RunSide`; ``util``: window ->
-    :class:`~perfkit.analyses.mfu.Utilisation` or None."""
+    :class:`~perfkit.analyses.mfu.Utilisation` or None; ``reported``: window -> the framework's own
+    ``tflops`` per GPU and ``mfu`` as its lines state them, shown beside perfkit's with the formula
+    each uses (they count FLOPs differently, so they need not agree)."""
     rows = []
+    reported = reported or {}
+    shown = {k for r in reported.values() for k, v in r.items() if v is not None}
     for side in SIDES:
         s, u = sides.get(side), util.get(side)
         if s is None:
             continue
-        rows.append(
-            {
-                "window": side,
-                "GPUs": s.gpus,
-                "GPUs from": s.gpus_from or "",
-                "ranks exporting": s.ranks_reporting,
-                "tokens/s (job)": s.tokens_per_s,
-                "tokens/s per GPU": s.tokens_per_s_per_gpu,
-                "sequence length": u.seq_len if u else None,
-                "model TFLOP/s per GPU": u.model_tflops_per_gpu if u else None,
-                "MFU %": 100 * u.mfu if u else None,
-                "HFU %": 100 * u.hfu if u else None,
-            }
-        )
+        row = {
+            "window": side,
+            "GPUs": s.gpus,
+            "GPUs from": s.gpus_from or "",
+            "ranks exporting": s.ranks_reporting,
+            "tokens/s (job)": s.tokens_per_s,
+            "tokens/s per GPU": s.tokens_per_s_per_gpu,
+            "sequence length": u.seq_len if u else None,
+            "model TFLOP/s per GPU": u.model_tflops_per_gpu if u else None,
+            "MFU %": 100 * u.mfu if u else None,
+            "HFU %": 100 * u.hfu if u else None,
+        }
+        r = reported.get(side, {})
+        if "tflops" in shown:
+            row["framework TFLOP/s per GPU (reported)"] = r.get("tflops")
+        if "mfu" in shown:
+            fw_mfu = r.get("mfu")
+            row["framework MFU % (reported)"] = None if fw_mfu is None else 100 * fw_mfu
+        rows.append(row)
+    if shown:
+        notes = [
+            *notes,
+            *(FRAMEWORK_FORMULAS[f] for f in dict.fromkeys(frameworks) if f in FRAMEWORK_FORMULAS),
+        ]
+        notes.append(PERFKIT_FORMULA)
     table = pl.DataFrame(rows) if rows else pl.DataFrame()
     inc, base = sides.get("incident"), sides.get("baseline")
     ui, ub = util.get("incident"), util.get("baseline")
@@ -103,7 +136,7 @@ def efficiency_section(
         if inc.scaled or (base is not None and base.scaled):
             parts.append("scaled from the ranks that export train_tokens_total to every GPU")
     else:
-        parts.append("tokens/s unknown: no train_tokens_total in the incident window")
+        parts.append("tokens/s unknown: no train_tokens_total and no tokens/s the framework reports in the incident window")  # fmt: skip
     if ui is not None:
         mfu = f"MFU {ui.mfu:.1%}" + (
             f" (HFU {ui.hfu:.1%}, recompute {ui.recompute})" if ui.hfu != ui.mfu else ""
@@ -113,11 +146,17 @@ def efficiency_section(
         parts.append(mfu)
     else:
         parts.append(f"no MFU: {why_not}")
+    ri = reported.get("incident", {})
+    if ri.get("mfu") is not None:
+        parts.append(f"the framework reports MFU {ri['mfu']:.1%}")
+    elif ri.get("tflops") is not None:
+        parts.append(f"the framework reports {ri['tflops']:,.1f} TFLOP/s per GPU")
     status = "ok" if ui is not None else ("warn" if inc is not None and inc.tokens_per_s else "missing")
     data = {
         "sides": {k: v.as_dict() for k, v in sides.items() if v is not None},
         "utilisation": {k: v.as_dict() if v is not None else None for k, v in util.items()},
         "why_no_mfu": why_not or None,
+        "reported_by_framework": {k: dict(v) for k, v in reported.items()} or None,
     }
     all_notes = [*notes, *(n for u in util.values() if u is not None for n in u.notes)]
     f = Finding(
@@ -130,6 +169,50 @@ def efficiency_section(
         missing=[] if ui is not None else [f"efficiency: {why_not}"],
     )
     return TablesSection(f, table if rows else None, notes=list(dict.fromkeys(all_notes)))
+
+
+# -- the trainer's checklist ----------------------------------------------------------------------------
+
+
+def checklist_section(
+    rows: Sequence[Mapping[str, str]], frameworks: Sequence[str], trainer: Mapping[str, Any] | None
+) -> Section:
+    """The trainer's checklist (:func:`perfkit.analyses.training_checklist.checklist`) as a finding."""
+    table = pl.DataFrame(list(rows)) if rows else pl.DataFrame()
+    found = [r for r in rows if r["found"] != "missing"]
+    lacking = [r["checks"] for r in rows if r["found"] == "missing"]
+    who = ", ".join(dict.fromkeys(frameworks)) or "no framework's own lines"
+    summary = f"evidence: {who}; {len(found)} of {len(rows)} checkable"
+    if lacking:
+        summary += " (not: " + ", ".join(lacking) + ")"
+    notes = list((trainer or {}).get("notes") or [])
+    if trainer and trainer.get("restarts"):
+        notes.append(f"{trainer['restarts']} torchrun worker-group restart(s) in the logs")
+    f = Finding(
+        "training_evidence",
+        "Trainer's checklist",
+        summary,
+        status="ok" if not lacking else "warn",
+        data={"frameworks": list(frameworks), "trainer": dict(trainer) if trainer else None, "notes": notes},
+        table=table_from_frame(table) if rows else None,
+    )
+    return TablesSection(f, table if rows else None, notes=notes)
+
+
+def with_checklist(scope: Section, checklist: Section) -> Section:
+    """The scope section with the checklist's table and notes under it, both findings recorded."""
+    tables = [("Trainer's checklist: " + checklist.finding.summary, checklist.table)] if checklist.table is not None else []  # fmt: skip
+    notes = list(getattr(checklist, "notes", []))
+    if checklist.table is None:
+        notes.insert(0, f"Trainer's checklist: {checklist.finding.summary}")
+    return TablesSection(
+        scope.finding,
+        scope.table,
+        scope.figure,
+        extra_findings=[*scope.extra_findings, checklist.finding],
+        tables=tables,
+        notes=notes,
+    )
 
 
 # -- memory ---------------------------------------------------------------------------------------------

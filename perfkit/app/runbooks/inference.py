@@ -161,7 +161,7 @@ def triage(ctx: Context) -> Section:
 
 @section("training", "Training step breakdown")
 def training(ctx: Context) -> Section:
-    from perfkit.analyses.section_data import training_series, training_table
+    from perfkit.analyses.section_data import throughput_series, training_series, training_table
     from perfkit.analyses.training_evidence import gather_training
 
     inc = ctx.incident
@@ -171,7 +171,8 @@ def training(ctx: Context) -> Section:
         return show.training_not_exported_section()
     table = training_table(ev)
     series = training_series(ctx.engine, inc.window, inc.baseline)
-    return show.training_section(ev, table, series, inc, _events(ctx))
+    throughput = throughput_series(ctx.engine, inc.window, inc.baseline)
+    return show.training_section(ev, table, series, inc, _events(ctx), throughput)
 
 
 @section("gpu", "GPU state")

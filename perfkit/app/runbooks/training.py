@@ -2,6 +2,7 @@
 memory, scaling, training cost, and the training postmortem. Called from the notebook as::
 
     import perfkit.app.runbooks.training as rbt
+    rbt.scope(ctx)        # the scope, and the trainer's checklist: which rows the evidence can check
     rbt.trace(ctx); rbt.efficiency(ctx); rbt.memory(ctx); rbt.scaling(ctx); rbt.training_cost(ctx)
     rbt.findings(ctx)     # the postmortem in the job's terms (not rb.findings: that one is a server's)
 
@@ -84,6 +85,29 @@ def _gpus(ctx: Context, key: str) -> int | None:
     return _int(ctx, key, 0, 0, 10_000_000) or None
 
 
+# -- scope: the incident, and what the job's evidence can check --------------------------------------
+
+
+def scope(ctx: Context) -> Section:
+    """The inference runbook's scope section with the trainer's checklist under it."""
+    import perfkit.app.runbooks.inference as rb
+
+    return view.with_checklist(rb.scope(ctx), checklist(ctx))
+
+
+@section("training_evidence", "Trainer's checklist")
+def checklist(ctx: Context) -> Section:
+    """Which training rows and sections the evidence can check, from what, and which setting of the
+    job's framework would make the rest checkable (:mod:`perfkit.analyses.training_checklist`)."""
+    from perfkit.analyses.training_checklist import checklist as rows_for
+    from perfkit.analyses.training_evidence import signal_sources
+
+    trainer = getattr(ctx.bundle, "trainer", None)
+    frameworks = list(trainer.frameworks) if trainer else []
+    rows = rows_for(ctx.engine, frameworks, signal_sources(ctx.engine))
+    return view.checklist_section(rows, frameworks, trainer.as_dict() if trainer else None)
+
+
 # -- shared computations (each once per context) ---------------------------------------------------
 
 
@@ -141,9 +165,44 @@ def _sides(ctx: Context) -> dict[str, Any]:
                 s.notes.append(
                     f"tokens/s = global_batch {batch} × seq_len {seq} / step time {s.step_s:.2f} s"
                 )
+            if s.reported_tokens_per_s is None and s.window is not None:
+                _from_framework(ctx, s, seq)
         return sides
 
     return ctx.need("training_sides", compute)
+
+
+def _from_framework(ctx: Context, side: Any, seq: int) -> None:
+    """The job's tokens/s from what the framework's lines report: torchtitan's ``tps`` (per device)
+    × the GPUs, else the samples/s a Megatron or DeepSpeed line gives × ``seq_len``."""
+    from perfkit.engine import signals as S
+
+    gpus = side.gpus or (ctx.incident.hardware.count if ctx.incident else None)
+    per_gpu = S.gauge_stat(ctx.engine, "train_tokens_per_gpu", side.window, "avg", combine="avg")
+    samples = S.gauge_stat(ctx.engine, "train_samples_rate", side.window, "avg", combine="avg")
+    if per_gpu is not None and gpus:
+        side.reported_tokens_per_s, side.per_rank = per_gpu * gpus, False
+        side.notes.append(
+            f"tokens/s = {per_gpu:,.0f} tokens/s per GPU as the framework reports it × {gpus} GPUs"
+        )
+    elif samples is not None and seq:
+        side.reported_tokens_per_s, side.per_rank = samples * seq, False
+        side.notes.append(f"tokens/s = {samples:,.2f} samples/s as the framework reports it × seq_len {seq}")
+
+
+def _reported(ctx: Context) -> dict[str, dict[str, float | None]]:
+    """Window -> the framework's own TFLOP/s per GPU and MFU (a fraction), as its lines state them."""
+    from perfkit.engine import signals as S
+
+    out: dict[str, dict[str, float | None]] = {}
+    for name, side in _sides(ctx).items():
+        if side.window is None:
+            continue
+        out[name] = {
+            "tflops": S.gauge_stat(ctx.engine, "train_tflops", side.window, "avg", combine="avg"),
+            "mfu": S.gauge_stat(ctx.engine, "train_mfu", side.window, "avg", combine="avg"),
+        }
+    return out
 
 
 def _seq_len(ctx: Context, side: Any) -> tuple[float | None, str]:
@@ -191,6 +250,12 @@ def _utilisation(ctx: Context) -> tuple[dict[str, Any], str, list[str]]:
         return out, (why if all(v is None for v in out.values()) else ""), notes
 
     return ctx.need("utilisation", compute)
+
+
+def _frameworks(ctx: Context) -> list[str]:
+    """The training frameworks whose lines or scalars the evidence holds (titles)."""
+    trainer = getattr(ctx.bundle, "trainer", None)
+    return [f.removesuffix(" (TensorBoard)") for f in (trainer.frameworks if trainer else {})]
 
 
 def _observed_fb_bytes(ctx: Context) -> float | None:
@@ -295,7 +360,7 @@ def efficiency(ctx: Context) -> Section:
         for n in s.as_dict()["notes"]
         if "train_tokens_total" in n or "tokens/s" in n
     ]
-    return view.efficiency_section(sides, util, why, [*side_notes, *notes])
+    return view.efficiency_section(sides, util, why, [*side_notes, *notes], _reported(ctx), _frameworks(ctx))
 
 
 @section("memory", "GPU memory: what each item takes")
