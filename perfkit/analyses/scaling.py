@@ -79,7 +79,7 @@ class Shares:
     data: float | None = None
     idle: float | None = None
     memory: float | None = None
-    source: str = ""  # "traces" or "train_* metrics"
+    source: str = ""  # "traces", "train_* metrics" or "a framework's log lines"
 
     def get(self, name: str) -> float | None:
         value: float | None = getattr(self, name)
@@ -312,14 +312,16 @@ def metrics_side(
         and comm is not None
     ):
         data, communication = wait / step, comm / step
+        metric = S.resolve(engine, "train_step").metric or ""
+        source = "a framework's log lines" if metric.startswith("trainer_") else "train_* metrics"
         side.shares = Shares(
             compute=max(0.0, 1.0 - data - communication),
             communication=communication,
             data=data,
-            source="train_* metrics",
+            source=source,
         )
         side.notes.append(
-            "split from train_* metrics: data = the slowest rank's wait, communication = the least "
+            f"split from {source}: data = the slowest rank's wait, communication = the least "
             "collective time of any rank, compute = the rest (GPU idle included)"
         )
         if side.gpus and side.ranks_reporting and side.ranks_reporting < side.gpus:

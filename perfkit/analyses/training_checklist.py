@@ -94,7 +94,7 @@ NEEDS: tuple[Need, ...] = (
         {
             "Megatron-LM": "--log-throughput (throughput per GPU)",
             "torchtitan": "its metrics line (tflops, mfu)",
-            "DeepSpeed": "the flops profiler (flops_profiler.enabled)",
+            "DeepSpeed": "none that perfkit reads: perfkit's MFU from tokens/s (set seq_len and global_batch)",
             "Hugging Face Trainer": "none (perfkit's MFU from tokens/s and the model)",
             "any": "perfkit's own MFU from tokens/s (train_tokens_total) and the model",
         },

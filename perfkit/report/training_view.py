@@ -185,7 +185,7 @@ def checklist_section(
     summary = f"evidence: {who}; {len(found)} of {len(rows)} checkable"
     if lacking:
         summary += " (not: " + ", ".join(lacking) + ")"
-    notes = list((trainer or {}).get("notes") or [])
+    notes = [*((trainer or {}).get("notes") or []), *((trainer or {}).get("missing") or [])]
     if trainer and trainer.get("restarts"):
         notes.append(f"{trainer['restarts']} torchrun worker-group restart(s) in the logs")
     f = Finding(
@@ -543,8 +543,9 @@ def job_terms(
     elif sa and sb:
         headline = f"Step time {sa:.2f} s against {sb:.2f} s in the baseline ({sa / sb:.2f}x)."
     parts = []
-    if scaling is not None and scaling.speedup is not None:
-        parts.append(f"Per phase, {scaling.headline()}")
+    if scaling is not None:
+        if scaling.speedup is not None:
+            parts.append(f"Per phase, {scaling.headline()}")
         for side, s in (("baseline", scaling.before), ("incident", scaling.after)):
             shares = ", ".join(
                 f"{k} {v:.0%}" for k, v in s.shares.as_dict().items() if isinstance(v, float) and v >= 0.005
@@ -554,7 +555,9 @@ def job_terms(
     parts += [phase_text(p) for p in phases]
     parts = [t[:1].upper() + t[1:] for t in parts]
     breakdown = (
-        ". ".join(parts) + "." if parts else "no step breakdown: neither train_* split nor profiler traces"
+        ". ".join(parts) + "."
+        if parts
+        else "no step breakdown: neither a step split (train_* or a framework's timers) nor profiler traces"
     )
     prevent: ActionItem = {
         "action": "gate every relaunch, resize or config change on a short run compared with the last good one: "

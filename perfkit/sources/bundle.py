@@ -20,6 +20,11 @@ directly in ``traces/`` (one profiled run) or in sub-folders of it, one per run
 listed, not read (:attr:`Bundle.traces`, :meth:`Bundle.trace_runs`): ``perfkit.traces`` reads them,
 streamed and bounded. At most :data:`MAX_TRACE_FILES` files in :data:`MAX_TRACE_RUNS` runs are
 listed; what is left out, deeper folders and refused files are named in :attr:`Bundle.missing`.
+
+A training job's own evidence is read too: its framework's step lines in ``logs/`` (Megatron-LM,
+NeMo, torchtitan, DeepSpeed, the HF Trainer) and the TensorBoard event files under ``tensorboard/``
+(:mod:`perfkit.sources.tensorboard`) become ``trainer_*`` series in the store
+(:mod:`perfkit.sources.trainer_series`), described in :attr:`Bundle.trainer`.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ def load_bundle(
     incident: Incident | None = None,
     scope: Scope | None = None,
     families: openmetrics.Families = None,
+    tensorboard: str | Path | None = None,
 ) -> Bundle:
     """Load everything a bundle holds; ``incident`` overrides its incident.yaml (e.g. a runbook's window).
 
@@ -98,6 +104,12 @@ def load_bundle(
 
     ``families`` (a set of sample names, or a predicate on them) reads only those metrics: the
     lines of every other family are skipped before they are split (and are not checked).
+
+    ``tensorboard``: a folder of TensorBoard event files to read instead of the bundle's own
+    ``tensorboard/`` (a training job's scalars kept elsewhere; given by the user, so it may lie
+    outside the bundle). A framework's step lines in ``logs/`` and its scalars become ``trainer_*``
+    series (:mod:`perfkit.sources.trainer_series`), kept in :attr:`Bundle.trainer` and merged into
+    the store.
 
     Raises :class:`~perfkit.errors.BundleError` for a missing folder, a missing, malformed or
     refused ``incident.yaml`` and a malformed metrics file. Anything else that cannot or may not
@@ -159,26 +171,28 @@ def load_bundle(
         missing.extend(f"logs: {err}" for err in result.errors)
     elif not any(m.startswith("logs: ") for m in missing):
         missing.append("logs: the bundle has no logs/")
-    scalars = _tensorboard(root, missing)
+    scalars = _tensorboard(root, missing, Path(tensorboard) if tensorboard else None)
     if (
         log_paths or scalars is not None
     ):  # a framework's own step lines and scalars: the training rows read them
-        trainer = trainer_store(logs, mtimes=_mtimes(log_paths), scalars=scalars)
+        where = Path(tensorboard).name if tensorboard else "tensorboard"
+        trainer = trainer_store(logs, mtimes=_mtimes(log_paths), scalars=scalars, scalars_from=where)
         if trainer.store.frames:
             store = store.merge(trainer.store)
-            missing.extend(f"logs: {note}" for note in trainer.notes)
+            missing.extend(f"logs: {note}" for note in trainer.missing)
     traces = _trace_members(root, missing)
     if traces:
         files["traces"] = [_rel(p, root) for p in traces]
     return Bundle(root, inc, store, events, logs, stats, unknown, files, missing, report, traces, trainer)
 
 
-def _tensorboard(root: Path, missing: list[str]) -> pl.DataFrame | None:
-    """The scalars of the event files under ``tensorboard/`` (None when there is no such folder)."""
-    folder = root / "tensorboard"
-    if not os.path.lexists(folder):
+def _tensorboard(root: Path, missing: list[str], given: Path | None = None) -> pl.DataFrame | None:
+    """The scalars of the event files under ``given``, else the bundle's ``tensorboard/`` (None
+    when there is no such folder)."""
+    folder = given or root / "tensorboard"
+    if given is None and not os.path.lexists(folder):
         return None
-    refused = _refusal_dir(folder, root)
+    refused = None if given is not None else _refusal_dir(folder, root)
     if refused is not None:
         missing.append(f"tensorboard: tensorboard/ {refused}")
         return None

@@ -92,6 +92,7 @@ _FIELDS: dict[str, tuple[tuple[str, str, float], ...]] = {
         ("throughput per GPU (TFLOP/s/GPU)", "trainer_tflops_per_gpu", 1.0),
         ("TFLOPs", "trainer_tflops_per_gpu", 1.0),
         ("tokens per gpu per second tgs", "trainer_tokens_per_second_per_gpu", 1.0),
+        ("tokens per gpu per second (tgs)", "trainer_tokens_per_second_per_gpu", 1.0),
         ("samples per second", "trainer_samples_per_second", 1.0),
         ("number of skipped iterations", "trainer_skipped_steps", 1.0),
         ("number of nan iterations", "trainer_nan_steps", 1.0),
@@ -155,7 +156,8 @@ class TrainerEvidence:
     sources: dict[str, str] = field(default_factory=dict)  # series -> "Megatron-LM `lm loss` (logs/x.log)"
     timers: list[str] = field(default_factory=list)  # Megatron timer names seen
     restarts: int = 0  # torchrun "Worker group FAILED ... will restart" lines
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # how lines without a time were placed
+    missing: list[str] = field(default_factory=list)  # lines that could not be placed, and why
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "store"}
@@ -360,7 +362,7 @@ def _placed(
         return rows
     kind = rows[untimed[0]][0]
     if mtime is None:
-        ev.notes.append(f"{source}: {len(untimed)} {FRAMEWORKS[kind]} line(s) carry no time and the file's modification time is unknown: not placed")  # fmt: skip
+        ev.missing.append(f"{source}: {len(untimed)} {FRAMEWORKS[kind]} line(s) carry no time and the file's modification time is unknown: not placed")  # fmt: skip
         return rows
     end_ms = mtime * 1000
     out = list(rows)
@@ -381,7 +383,7 @@ def _placed(
     rate, epochs = (final or {}).get("train_steps_per_second"), (final or {}).get("epoch")
     runtime = (final or {}).get("train_runtime")
     if not rate or not epochs or not runtime:
-        ev.notes.append(f"{source}: {len(untimed)} Hugging Face log dict(s) carry no time and no final train_runtime dict gives the step rate: not placed")  # fmt: skip
+        ev.missing.append(f"{source}: {len(untimed)} Hugging Face log dict(s) carry no time and no final train_runtime dict gives the step rate: not placed")  # fmt: skip
         return rows
     total_steps = runtime * rate
     for i in untimed:

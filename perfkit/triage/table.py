@@ -292,12 +292,17 @@ def engine_text(name: str | None, version: str | None) -> dict[str, str | None] 
 
 
 def triage_bundle(
-    path: Any, scope: str | None = None, hosts: str | None = None, serving: str | None = None
+    path: Any,
+    scope: str | None = None,
+    hosts: str | None = None,
+    serving: str | None = None,
+    tensorboard: str | None = None,
 ) -> TriageResult:
     """The triage table on an incident bundle folder: what ``perfkit triage --bundle``, drills and
     grading all run (one seam, so they cannot disagree). ``scope``/``hosts`` override the
     incident's ``scope:``/``hosts:`` (:mod:`perfkit.core.scope`); ``serving`` reads only that serving
-    engine's series (:class:`perfkit.engine.dialects.OnlyEngine`)."""
+    engine's series (:class:`perfkit.engine.dialects.OnlyEngine`); ``tensorboard`` a folder of a
+    training job's TensorBoard event files kept outside the bundle."""
     from perfkit.core.scope import parse_scope
     from perfkit.engine.local import LocalEngine
     from perfkit.engine.scope import ScopeMatchesNothing
@@ -306,7 +311,9 @@ def triage_bundle(
 
     chosen = parse_scope(scope, hosts) if scope or hosts else None
     try:
-        b = load_bundle(path, scope=chosen, families=is_triage_family)  # what the rows read, nothing else
+        b = load_bundle(
+            path, scope=chosen, families=is_triage_family, tensorboard=tensorboard
+        )  # what the rows read
     except ScopeMatchesNothing as exc:
         raise with_workloads(exc, path) from None
     engine: Any = LocalEngine(b.store)

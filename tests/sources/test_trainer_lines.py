@@ -128,7 +128,7 @@ def test_megatron_timers_give_exposed_communication():
     assert want > 0
     assert "backward-params-all-reduce" in ev.timers and "forward-backward" in ev.timers
     # untimed old lines are not placed without an mtime: they say so instead
-    assert any("not placed" in n for n in ev.notes)
+    assert any("not placed" in n for n in ev.missing)
 
 
 def test_torchtitan_step_time_from_the_lines_times():
@@ -160,8 +160,13 @@ def test_nemo_step_timing_and_loss():
     ]
     losses = [float(v) for v in re.findall(r"reduced_train_loss: ([\d.]+)", (DATA / "nemo.log").read_text())]
     assert stated and len(losses) >= len(stated)
-    # NeMo 2's lines carry no time either: not placed without an mtime, and said so
-    assert any("not placed" in n for n in ev.notes) or _series(ev.store, "trainer_step_seconds") == stated
+    # NeMo's lines carry no time either: not placed without an mtime, and said so
+    assert any("not placed" in n for n in ev.missing) and "trainer_step_seconds" not in ev.store.frames
+    placed = trainer_store(
+        _records("nemo.log"), mtimes={"nemo.log": datetime(2024, 1, 1, tzinfo=UTC).timestamp()}
+    )
+    assert _series(placed.store, "trainer_step_seconds") == pytest.approx(stated)
+    assert _series(placed.store, "trainer_loss") == pytest.approx(losses[-len(stated) :])
 
 
 def test_hf_dicts_placed_by_the_final_dict(tmp_path):
@@ -178,7 +183,7 @@ def test_hf_dicts_placed_by_the_final_dict(tmp_path):
     want = [datetime.fromtimestamp(end - (1.0 - e) * 1000.0, UTC) for e in epochs]
     assert loss["ts"].to_list() == want
     bare = trainer_store(parse_lines(lines, window=WINDOW, source="t.log").records, mtimes={"t.log": end})
-    assert "trainer_loss" not in bare.store.frames and any("not placed" in n for n in bare.notes)
+    assert "trainer_loss" not in bare.store.frames and any("not placed" in n for n in bare.missing)
 
 
 def test_torchrun_restarts_counted():
@@ -201,3 +206,16 @@ def test_hostile_lines_are_bounded_and_never_evaluated():
         trainer_fields("torchtitan", "step: 1  loss: nan")["loss"]
         != trainer_fields("torchtitan", "step: 1  loss: nan")["loss"]
     )
+
+
+def test_megatron_deepspeed_tokens_per_gpu_in_both_of_its_forms():
+    """Megatron-DeepSpeed states tokens/s per GPU as 'tokens per gpu per second (tgs): N' and, in its
+    key=value form, 'tokens_per_gpu_per_second_tgs=N' (both real lines of deepspeed.log and
+    megatron_timers.log)."""
+    lines = [x for f in ("deepspeed.log", "megatron_timers.log") for x in _lines(f) if "tgs" in x]
+    stated = {float(m) for x in lines for m in re.findall(r"tgs\)?[:=]\s*([\d.]+)", x)}
+    assert len(stated) >= 2
+    got = set()
+    for x in lines:
+        got |= {v for k, v in trainer_fields("megatron", x).items() if "tgs" in k}
+    assert got == stated

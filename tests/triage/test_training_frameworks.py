@@ -84,3 +84,31 @@ def test_hf_dicts_without_times_are_placed_by_tensorboard_not_guessed(tmp_path):
     assert any("Hugging Face" in m and "not placed" in m for m in b.missing), b.missing
     assert b.trainer is not None and "TensorBoard `train/loss`" in b.trainer.sources["trainer_loss"]
     assert grade_bundle(bundle).correct
+
+
+def test_tensorboard_kept_outside_the_bundle_is_read_with_the_flag(tmp_path):
+    """``perfkit triage --tensorboard DIR``: the HF job's scalars moved out of the bundle. Without the
+    flag its untimed dicts answer nothing; with it, the loss row confirms as it does in the bundle."""
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from perfkit.app.cli.main import cli
+
+    bundle = _told("loss-spikes-no-warmup", "hf", tmp_path)
+    elsewhere = tmp_path / "tb-elsewhere"
+    shutil.move(str(bundle / "tensorboard"), elsewhere)
+    runner = CliRunner()
+    bare = runner.invoke(cli, ["triage", "--bundle", str(bundle), "--format", "json"])
+    assert bare.exit_code == 0, bare.output
+    assert _verdict(json.loads(bare.output), "training_instability") != "confirmed"
+    given = runner.invoke(
+        cli, ["triage", "--bundle", str(bundle), "--tensorboard", str(elsewhere), "--format", "json"]
+    )
+    assert given.exit_code == 0, given.output
+    assert _verdict(json.loads(given.output), "training_instability") == "confirmed"
+
+
+def _verdict(doc: dict, direction: str) -> str:
+    return next(r["verdict"] for r in doc["directions"] if r["id"] == direction)

@@ -256,17 +256,30 @@ def open_(
     default=None,
     help="read only this serving engine's series (default: the first engine found; docs/engines.md)",
 )
+@click.option(
+    "--tensorboard",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="a training job's TensorBoard event files (folder) kept outside the bundle (default: its tensorboard/)",
+)
 @live_options
-def triage(bundle: str | None, fmt: str, serving: str | None, **live: Any) -> None:
+def triage(bundle: str | None, fmt: str, serving: str | None, tensorboard: str | None, **live: Any) -> None:
     """Run the triage table on a bundle or live sources; print the triage JSON of docs/bundle.md or a table."""
     from perfkit.triage.table import triage_bundle, triage_evidence
 
     if bundle:
         result = triage_bundle(
-            bundle_path(bundle), scope=live.get("scope"), hosts=live.get("hosts"), serving=serving
+            bundle_path(bundle),
+            scope=live.get("scope"),
+            hosts=live.get("hosts"),
+            serving=serving,
+            tensorboard=tensorboard,
         )
     elif live.get("prometheus_url"):
         from perfkit.analyses.workloads import window_has_samples
+
+        if tensorboard:
+            raise click.UsageError("--tensorboard goes with --bundle (live sources read no event files)")
 
         incident, ev = _live(live)
         if not window_has_samples(ev.engine, incident.window):  # type: ignore[arg-type]

@@ -173,7 +173,7 @@ def _open_bundle(ctx: Context, bundle: str, wanted: IncidentParams) -> None:
         if value:
             incident.slo[key] = float(value)
     try:
-        b = load_bundle(root, incident=incident)
+        b = load_bundle(root, incident=incident, tensorboard=str(ctx.params.get("tensorboard") or "") or None)
     except ScopeMatchesNothing as exc:
         from perfkit.triage.table import with_workloads
 

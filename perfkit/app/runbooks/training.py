@@ -27,6 +27,7 @@ The runbook parameters it reads (kept in ``ctx.params``; 0 or "" means: from the
     recompute = "none"  # activation recomputation: none | selective | full
     dtype = "bf16"      # the matmul dtype MFU's peak is taken for: bf16 | fp16 | fp8
     traces = ""         # a trace file or folder (one file per rank); empty: the bundle's traces/
+    tensorboard = ""    # TensorBoard event files' folder (read at load: perfkit.sources.bundle); empty: tensorboard/
     usd_per_gpu_hour    # (shared) the hardware price; 0: incident.yaml, else the GPU table's list price
 """
 
@@ -43,7 +44,7 @@ from perfkit.report.sections import Section
 
 PARAMETERS = (
     "model", "gpu", "seq_len", "global_batch", "micro_batch", "baseline_gpus", "incident_gpus", "tp",
-    "pp", "zero_stage", "recompute", "dtype", "traces",
+    "pp", "zero_stage", "recompute", "dtype", "traces", "tensorboard",
 )  # fmt: skip
 MAX_TEXT = 4096
 """A path or name longer than this is a mistake: refused, not read."""

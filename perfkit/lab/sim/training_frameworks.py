@@ -9,9 +9,10 @@ that prints them (real samples of each in ``tests/data/trainers/``, read by
 ``megatron``
     Megatron-LM ``training_log``'s iteration line (time per iteration, TFLOP/s per GPU, learning
     rate, global batch size, ``lm loss``, loss scale, skipped and NaN iterations; no ``grad norm``:
-    the simulator has none to report) and its timers block at ``--timing-log-level 1``
-    (``forward-backward``, ``batch-generator``, ``all-grads-sync``, ``optimizer``; min and max
-    across the ranks, ms per iteration; megatron/core/timers.py pads each name with dots to 48).
+    the simulator has none to report) and its timers block at ``--timing-log-level 2``
+    (of its timers ``forward-backward``, ``all-grads-sync`` and ``optimizer``, level 1, and
+    ``batch-generator``, level 2; min and max across the ranks, ms per iteration;
+    megatron/core/timers.py pads each name with dots to 48).
 ``torchtitan``
     the metrics line (``step  loss  memory  tps  tflops  mfu``, the release before ``grad_norm``)
     behind torchtitan's ``[titan] <time> - root - INFO -`` prefix, and its TensorBoard scalars
@@ -23,9 +24,9 @@ that prints them (real samples of each in ``tests/data/trainers/``, read by
     line. DeepSpeed prints no loss and does not time the data loader: those rows are not
     checkable from its lines, as in a real job.
 ``hf``
-    the Hugging Face Trainer's ``{'loss': ..., 'grad_norm': ..., 'learning_rate': ..., 'epoch':
-    ...}`` dicts (no time, no step) and its TensorBoard scalars (``train/loss`` ...,
-    ``report_to="tensorboard"``), whose wall times place the run.
+    the Hugging Face Trainer's ``{'loss': ..., 'learning_rate': ..., 'epoch': ...}`` dicts (no
+    time, no step; no ``grad_norm``: the simulator has none) and its TensorBoard scalars
+    (``train/loss`` ..., ``report_to="tensorboard"``), whose wall times place the run.
 """
 
 from __future__ import annotations
