@@ -426,7 +426,7 @@ class _Parser:
         if stats is None:
             what = "vllm_launch" if _is_launch(text) else "sglang" if SGLANG_ARGS in text else None
             trainer = None if what else trainer_kind(text)  # perfkit.sources.trainer_lines
-            if trainer and trainer != "megatron_timer":  # a progress line: its own stamp, or none
+            if trainer and trainer not in ("megatron_timer", "deepspeed_flops"):  # its own stamp, or none
                 m = _ISO_TS.search(text, 0, 96) if own_ts is None else None
                 ts = _iso_ms(m) if m else own_ts
             if what or trainer:

@@ -28,7 +28,9 @@ prints it:
 ``nemo``
     NeMo 2.x's progress printer (``nemo/lightning/pytorch/callbacks/progress_printer.py``):
     ``Training epoch 0, iteration 10/99 | lr: 1.499e-06 | global_batch_size: 16 | global_step: 10 |
-    reduced_train_loss: 10.87 | train_step_timing in s: 0.6127 | consumed_samples: 176``.
+    reduced_train_loss: 10.87 | train_step_timing in s: 0.6127 | consumed_samples: 176``; and
+    NeMo 1.x's tqdm bar, ``Epoch 0:   1%|  | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1,
+    v_num=, reduced_train_loss=3.090, global_step=794.0, ...]`` (step time from ``s/it``).
 ``torchtitan``
     torchtitan's metrics line (``torchtitan/components/metrics.py``, ``log``)::
 
@@ -44,6 +46,10 @@ prints it:
     19.80`` (``fwd_microstep`` ... per micro-step); and ``deepspeed/utils/timer.py``'s
     ThroughputTimer: ``epoch=0/micro_step=20/global_step=20, RunningAvgSamplesPerSec=41.2,
     CurrSamplesPerSec=40.9, MemAllocated=12.3GB, MaxMemAllocated=20.1GB``.
+``deepspeed_flops``
+    the flops profiler's summary (``deepspeed/profiling/flops_profiler/profiler.py``), of which the
+    line ``fwd+bwd FLOPS per GPU = 3 * fwd flops per GPU / (fwd+bwd latency):   102.0 TFLOPS`` is read
+    (TFLOP/s per GPU at the profiled step; its time is the previous stamped line's).
 ``hf``
     the Hugging Face Trainer's (and Accelerate scripts') log dicts: ``{'loss': 2.3456, 'grad_norm':
     1.23, 'learning_rate': 4.9e-05, 'epoch': 0.01}`` and the last one, ``{'train_runtime': 123.4,
@@ -94,6 +100,15 @@ _DS_THR_FIELD = re.compile(
 )
 _HF_DICT = re.compile(r"\{'(?:loss|eval_loss|train_runtime)': ")
 _HF_FIELD = re.compile(rf"'([a-z][a-z_/]{{0,48}})': '?({_NUM})'?")
+_NEMO_TQDM = re.compile(r"\bEpoch \d{1,9}:.{0,200}?\| *\d{1,12}/\d{1,12} \[")
+_TQDM_RATE = re.compile(r"(\d{1,9}(?:\.\d{1,9})?)(s/it|it/s)[,\]]")
+_KV_FIELD = re.compile(
+    rf"\b(reduced_train_loss|global_step|consumed_samples|train_step_timing in s|loss)=({_NUM})"
+)
+_DS_FLOPS = re.compile(
+    r"^fwd\+bwd FLOPS per GPU = 3 \* fwd flops per GPU / \(fwd\+bwd latency\): +(\d{1,12}(?:\.\d{1,9})?) ([KMGTP]?)FLOPS\s*$"
+)
+_FLOPS_UNIT = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3}
 _ELASTIC_RESTART = re.compile(
     r"Worker group FAILED\. (\d{1,6})/(\d{1,6}) attempts left; will restart worker group"
 )
@@ -110,6 +125,7 @@ KINDS = (
     "deepspeed",
     "deepspeed_time",
     "deepspeed_throughput",
+    "deepspeed_flops",
     "hf",
     "elastic_restart",
     "elastic_failure",
@@ -143,6 +159,10 @@ def trainer_kind(text: str) -> str | None:
             text
         ):  # Megatron's old one-line timers name theirs with "-"
             return "megatron_timer" if _OLD_TIMERS.search(text) else "deepspeed_time"
+    if "reduced_train_loss=" in text and _NEMO_TQDM.search(text):  # NeMo 1.x's progress bar
+        return "nemo"
+    if text.startswith("fwd+bwd FLOPS per GPU") and _DS_FLOPS.match(text):  # DeepSpeed's flops profiler
+        return "deepspeed_flops"
     if "across ranks (ms):" in text and _TIMER_HEAD.match(text):
         return "megatron_timer"
     if "...:" in text and _TIMER.match(text):
@@ -186,6 +206,18 @@ def trainer_fields(kind: str, text: str) -> dict[str, float]:
 
     Also ``step`` (the iteration, step or global step), and for a timer line the ``timer`` name's
     ``min``/``max`` (a ``max``-only line gives ``max``). A timer header gives nothing."""
+    if kind == "nemo" and "reduced_train_loss=" in text:  # NeMo 1.x's tqdm bar: the last update
+        last = text.rsplit("\r", 1)[-1]
+        out = _pairs(_KV_FIELD, last)
+        rate = _TQDM_RATE.search(last)
+        if rate and (v := number(rate.group(1))) and v > 0:
+            out["train_step_timing in s"] = v if rate.group(2) == "s/it" else 1.0 / v
+        if "global_step" in out:
+            out["step"] = out["global_step"]
+        return out
+    if kind == "deepspeed_flops":
+        m = _DS_FLOPS.match(text)
+        return {"tflops": float(m.group(1)) * _FLOPS_UNIT[m.group(2)]} if m else {}
     if kind in ("megatron", "nemo"):  # Megatron-DeepSpeed writes key=value with "_" for " "
         pairs = _pairs(_PIPE_FIELD, text + ("" if text.rstrip().endswith("|") else "|"))
         out = {k.replace("_", " ") if kind == "megatron" else k: v for k, v in pairs.items()}

@@ -110,6 +110,7 @@ _FIELDS: dict[str, tuple[tuple[str, str, float], ...]] = {
         ("memory", "trainer_memory_reserved_bytes", float(1 << 30)),
     ),
     "deepspeed_throughput": (("CurrSamplesPerSec", "trainer_samples_per_second", 1.0),),
+    "deepspeed_flops": (("tflops", "trainer_tflops_per_gpu", 1.0),),
     "hf": (
         ("loss", "trainer_loss", 1.0),
         ("grad_norm", "trainer_grad_norm", 1.0),

@@ -24,11 +24,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary import Writer
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from perfkit.errors import BundleError
+from perfkit.lab.sim.training_frameworks import write_scalars
 from perfkit.sources.tensorboard import SCHEMA, read_scalars
 
 LINGVO = Path(__file__).resolve().parents[1] / "data" / "tensorboard" / "events.out.tfevents.test"
@@ -56,11 +55,9 @@ def write_tf2(logdir: Path, points: list[tuple[str, float, int, float]]) -> Path
 def write_tf1(logdir: Path, points: list[tuple[str, float, int, float]]) -> Path:
     """The same as summary.value.simple_value events (what torch.utils.tensorboard's add_scalar emits),
     through tensorboard's EventFileWriter."""
-    writer = EventFileWriter(str(logdir))
-    for tag, value, step, wall_time in points:
-        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)])
-        writer.add_event(event_pb2.Event(wall_time=wall_time, step=step, summary=summary))
-    writer.close()
+    write_scalars(
+        [(tag, value, step, wall) for tag, value, step, wall in points], logdir, "events.out.tfevents.1.tf1"
+    )
     (file,) = logdir.glob("*tfevents*")
     return file
 

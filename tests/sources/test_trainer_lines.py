@@ -219,3 +219,17 @@ def test_megatron_deepspeed_tokens_per_gpu_in_both_of_its_forms():
     for x in lines:
         got |= {v for k, v in trainer_fields("megatron", x).items() if "tgs" in k}
     assert got == stated
+
+
+def test_nemo_1_progress_bar_and_the_deepspeed_flops_profiler():
+    """NeMo 1.x's tqdm bar (nemo.log line 1): global step, reduced_train_loss and the step time its
+    's/it' states; DeepSpeed's flops profiler summary (deepspeed.log): fwd+bwd TFLOP/s per GPU."""
+    bar = _lines("nemo.log")[0]
+    assert trainer_kind(bar) == "nemo"
+    f = trainer_fields("nemo", bar)
+    assert (f["step"], f["reduced_train_loss"], f["train_step_timing in s"]) == (794.0, 3.09, 41.36)
+    line = next(x for x in _lines("deepspeed.log") if x.startswith("fwd+bwd FLOPS per GPU"))
+    stated = float(re.search(r"([\d.]+) TFLOPS\s*$", line).group(1))  # type: ignore[union-attr]
+    assert trainer_kind(line) == "deepspeed_flops"
+    ev = trainer_store(_records("deepspeed.log"))
+    assert stated in ev.store.frames["trainer_tflops_per_gpu"]["value"].to_list()
