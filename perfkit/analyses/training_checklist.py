@@ -14,7 +14,8 @@ named after the upstream option:
 * torchtitan: its metrics line always (loss, tps, TFLOP/s, MFU); ``--metrics.enable_tensorboard``
   writes ``time_metrics/data_loading(s)``, rank 0's only unless ``--metrics.save_for_all_ranks``.
 * DeepSpeed: ``"wall_clock_breakdown": true`` (the ``bwd_allreduce`` timer: communication),
-  ``steps_per_print``; it times no data loading and prints no loss.
+  ``steps_per_print``, the flops profiler (TFLOP/s per GPU); it times no data loading and prints no loss.
+* NeMo: its progress line (``train_step_timing in s``, ``reduced_train_loss``); no timers.
 * Hugging Face Trainer: ``logging_steps`` (loss, grad norm) and ``report_to="tensorboard"`` (the
   same with wall times); no step breakdown.
 * any of them: perfkit's ``TrainMetrics`` (perfkit/sources/train_exporter.py) exports all four.
@@ -48,6 +49,7 @@ NEEDS: tuple[Need, ...] = (
             "torchtitan": "its metrics line (step time from the lines' times)",
             "DeepSpeed": "steps_per_print (step time from the lines' times)",
             "Hugging Face Trainer": "none: it logs no step time (perfkit TrainMetrics)",
+            "NeMo": "its progress line (train_step_timing in s)",
             "any": "perfkit TrainMetrics",
         },
     ),
@@ -60,6 +62,7 @@ NEEDS: tuple[Need, ...] = (
             "torchtitan": "--metrics.enable_tensorboard --metrics.save_for_all_ranks (time_metrics/data_loading)",
             "DeepSpeed": f"none: DeepSpeed does not time the DataLoader ({_TM})",
             "Hugging Face Trainer": f"none ({_TM})",
+            "NeMo": f"none ({_TM})",
             "any": _TM,
         },
     ),
@@ -72,6 +75,7 @@ NEEDS: tuple[Need, ...] = (
             "torchtitan": "none in its metrics: profiler traces (traces/) or NCCL_DEBUG=WARN lines",
             "DeepSpeed": '"wall_clock_breakdown": true (bwd_allreduce)',
             "Hugging Face Trainer": "none: profiler traces (traces/) or NCCL_DEBUG=WARN lines",
+            "NeMo": "none in its progress line: profiler traces (traces/) or NCCL_DEBUG=WARN lines",
             "any": "perfkit TrainMetrics(comm_s=...) or profiler traces",
         },
     ),
@@ -84,6 +88,7 @@ NEEDS: tuple[Need, ...] = (
             "torchtitan": "its metrics line",
             "DeepSpeed": "none: DeepSpeed prints no loss (the training script's own print, or perfkit TrainMetrics)",
             "Hugging Face Trainer": 'logging_steps (and report_to="tensorboard" for wall times)',
+            "NeMo": "its progress line (reduced_train_loss)",
             "any": "perfkit TrainMetrics",
         },
     ),
@@ -94,7 +99,8 @@ NEEDS: tuple[Need, ...] = (
         {
             "Megatron-LM": "--log-throughput (throughput per GPU)",
             "torchtitan": "its metrics line (tflops, mfu)",
-            "DeepSpeed": "none that perfkit reads: perfkit's MFU from tokens/s (set seq_len and global_batch)",
+            "DeepSpeed": '"flops_profiler": {"enabled": true} (its fwd+bwd FLOPS per GPU at the profiled step)',
+            "NeMo": "none (perfkit's MFU from tokens/s: set seq_len and global_batch)",
             "Hugging Face Trainer": "none (perfkit's MFU from tokens/s and the model)",
             "any": "perfkit's own MFU from tokens/s (train_tokens_total) and the model",
         },
