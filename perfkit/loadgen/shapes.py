@@ -435,11 +435,10 @@ def replay_log(
 # -- incident bundles --------------------------------------------------------------------------
 
 
-def replay_bundle(
-    path: str | Path, time_scale: float = 1.0, seed: int = 0, max_requests: int | None = None
-) -> Plan:
-    """The traffic of the incident bundle at ``path`` over its window (module docstring); the
-    first ``max_requests`` arrivals (the same as without it). A bundle without the request counter
+def replay_bundle(path: str | Path, time_scale: float = 1.0, seed: int = 0, max_requests: int | None = None,
+                  window: Window | None = None) -> Plan:  # fmt: skip
+    """The traffic of the incident bundle at ``path`` over its window or ``window`` (module docstring);
+    the first ``max_requests`` arrivals (the same as without it). A bundle without the request counter
     or a length histogram is a :class:`~perfkit.errors.BundleError` naming the family."""
     from perfkit.sources.bundle import load_bundle  # reads every exporter format: only when replaying
 
@@ -449,7 +448,8 @@ def replay_bundle(
     wanted = {f"{b}_{s}" for b in names for s in ("bucket", "count")}
     wanted |= {family(n) for n in S.GAUGES["running"] + S.GAUGES["waiting"] + S.COUNTERS["request_success"]}
     bundle = load_bundle(path, families=wanted)
-    engine, window, where = LocalEngine(bundle.store), bundle.incident.window, str(bundle.path)
+    engine, where = LocalEngine(bundle.store), str(bundle.path)
+    window = window or bundle.incident.window
     if window.seconds <= 0:
         raise BundleError("the incident window is empty", path=str(bundle.path / "incident.yaml"))
     counter, starts, widths, per_bin, notes = _arrivals_per_minute(engine, window, where)

@@ -171,6 +171,7 @@ def print_table(doc: dict[str, Any], speedup: bool) -> None:
         console.print(
             escape(f"price: ${doc['usd_per_gpu_hour']:g}/GPU-hour ({doc['price_origin']})"), style="dim"
         )
+    _print_reproduction(console, doc.get("reproduction"))
     table = Table(
         title="one row per configuration; ★ best under the SLOs (most requests within them, then cost)"
     )
@@ -212,3 +213,28 @@ def print_table(doc: dict[str, Any], speedup: bool) -> None:
             break
     for note in dict.fromkeys(doc["notes"]):
         console.print(escape(note), style="yellow")
+
+
+def _print_reproduction(console: Any, rep: dict[str, Any] | None) -> None:
+    """The windows replayed as they were: simulated beside observed, the error of each."""
+    if not rep:
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="the incident replayed as it was: simulated against observed")
+    for c in ("window", "metric", "observed", "simulated", "error"):
+        table.add_column(c, justify="left" if c in ("window", "metric") else "right")
+    for r in rep["rows"]:
+        if r["observed"] is None and r["simulated"] is None:
+            continue
+        err = r["error"]
+        table.add_row(r["window"], r["metric"], _fmt(r["observed"], 2), _fmt(r["simulated"], 2),
+                      "—" if err is None else f"{err:+.0%}")  # fmt: skip
+    console.print(table)
+    if rep["trusted"]:
+        console.print(
+            "replay trusted: TTFT p50/p95 within 25 %, TPOT p50 within 15 % of the incident", style="green"
+        )
+    else:
+        console.print(escape("replay UNTRUSTED: " + "; ".join(rep["why"])), style="bold yellow")

@@ -18,6 +18,10 @@ TTFT/TPOT p50/p95, output throughput, goodput under the SLOs and the cost of a m
   completed requests; TPOT per request ``(last - first) / (tokens - 1)``; throughput and goodput over
   the run's duration (t=0 to the last token); goodput counts requests meeting every SLO given.
   ``usd_per_million_tokens = usd_per_gpu_hour * tensor_parallel_size * duration_h / output_tokens * 1e6``.
+* **Reproduced first**: for a bundle, its incident and baseline windows are replayed on the base
+  configuration as they were and shown beside what was observed, with each error
+  (:mod:`perfkit.app.whatif.reproduce`); a replay that misses marks the rows untrusted, saying which
+  numbers missed.
 * **Best**: the configuration with the most requests meeting the SLOs (the traffic is the same for
   all, so the count is the comparison; goodput's denominator only differs by the drain time), then
   the lowest cost. Without SLOs no configuration is marked.
@@ -28,13 +32,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from perfkit.app.whatif.base import bundle_extras, config_from_bundle, config_from_file, gpu_price
+from perfkit.app.whatif.reproduce import fit_recorded, reproduce
 from perfkit.errors import ConfigError
 
 MAX_CONFIGS = 64
@@ -128,9 +133,11 @@ class WhatIf:
     price_origin: str
     notes: list[str]
     wall_s: float
+    reproduction: dict[str, Any] | None = None  # the windows replayed as they were (reproduce.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "reproduction": self.reproduction,
             "configs": self.configs,
             "runs": self.runs,
             "base": self.base,
@@ -152,18 +159,6 @@ def load_traffic(replay: str | Path, minutes: float, seed: int, time_scale: floa
     p = Path(replay)
     plan = replay_bundle(p, time_scale, seed=seed) if p.is_dir() else replay_log(p, time_scale)
     return with_duration(plan, minutes * 60.0)
-
-
-def fit_recorded(plan: Any, max_model_len: int) -> tuple[Any, int]:
-    """``plan`` with each request cut to ``max_model_len`` tokens (output first kept under it, the
-    prompt cut to the rest), and how many were cut. For lengths drawn from a bundle's histograms:
-    the engine that recorded them served every request, so none was longer than its limit."""
-    output = np.minimum(plan.output_tokens, max_model_len - 1)
-    prompt = np.minimum(plan.prompt_tokens, max_model_len - output)
-    cut = int(((output != plan.output_tokens) | (prompt != plan.prompt_tokens)).sum())
-    if not cut:
-        return plan, 0
-    return replace(plan, prompt_tokens=prompt, output_tokens=output), cut
 
 
 def run_whatif(
@@ -252,9 +247,16 @@ def run_whatif(
     described = {
         name: {"value": _plain(getattr(base.cfg, name)), "origin": src} for name, src in base.origin.items()
     }
+    reproduction = None
+    if is_bundle:  # before predicting: does the replay reproduce what was observed?
+        rep = reproduce(replay, base.cfg, seed=seed)
+        reproduction = rep.as_dict()
+        if not rep.trusted:
+            notes.insert(0, "the replay of the incident as it was misses what was observed, so the rows are "
+                         "untrusted predictions: " + "; ".join(rep.why))  # fmt: skip
     return WhatIf(
         rows, runs, described, traffic, base.slo_ms, base.slo_origin, price, price_origin, notes,
-        time.perf_counter() - t0,
+        time.perf_counter() - t0, reproduction,
     )  # fmt: skip
 
 
