@@ -266,7 +266,8 @@ def _one_file(
     anchor: int | None = None  # the ts of the Megatron line the timers that follow belong to
 
     def flush_timers() -> None:
-        if anchor is None or not timers:
+        if anchor is None or not timers:  # set-up timers before the first iteration: not a step's
+            timers.clear()
             return
         wait = timers.get("batch-generator")
         if wait and wait[1] is not None:

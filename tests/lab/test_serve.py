@@ -233,7 +233,10 @@ def test_stall_pauses_once_before_the_middle_chunk():
     first = statistics.median(t[0] for t in times)
     gaps = [statistics.median(t[i + 1] - t[i] for t in times) for i in range(5)]  # median per position
     assert 20.0 <= first <= 28.0, first  # the stall is not before the first chunk
-    assert 160.0 <= gaps[2] <= 168.0, gaps  # chunk 3 of 6 is the middle one: 150 + 10 ms
+    # chunk 3 of 6 is the middle one: 150 + 10 ms. A gap between two receipts is shortened by any
+    # delay of the earlier one, so the lower bound allows the 2 ms the other gaps may move (CI saw
+    # 159.98 ms once); a missing stall (10 ms) or a doubled one (310 ms) stays far outside
+    assert 158.0 <= gaps[2] <= 168.0, gaps
     assert all(8.0 <= gap <= 12.0 for i, gap in enumerate(gaps) if i != 2), gaps
 
 
