@@ -466,13 +466,17 @@ def main(argv: list[str] | None = None) -> int:
             "; ".join(close) if reported else "not measured: the rows report no cuts",
         ),
     ]
-    unlogged = [o for o in generated if NEVER_LOGGED.get((o.variant.partition("/")[2], o.want))]
-    if unlogged:  # not scored: no reading of that framework's evidence can give the answer
+    # missed where the answer rests on a signal the framework never logs: not scored (no reading of
+    # that evidence can give it); one answered right by another route (NCCL lines) is scored
+    unlogged = [
+        o for o in generated if NEVER_LOGGED.get((o.variant.partition("/")[2], o.want)) and not o.correct
+    ]
+    if unlogged:
         generated = [o for o in generated if o not in unlogged]
-        guessed = [o for o in unlogged if o.got and not o.correct]
+        guessed = [o for o in unlogged if o.got]
         print(
-            f"\n== {len(unlogged)} bundles whose answer rests on a signal their framework never logs (not scored): "
-            f"{sum(o.correct for o in unlogged)} right anyway, {len(guessed)} with another direction confirmed at rank 1 =="
+            f"\n== {len(unlogged)} bundles missed where the answer rests on a signal their framework never logs "
+            f"(not scored); {len(guessed)} of them with another direction confirmed at rank 1 =="
         )
         for o in guessed:
             print(f"  {o.scenario} {o.variant} {o.seed}: {o.got} confirmed (answer {o.want})")
