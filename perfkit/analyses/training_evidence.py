@@ -200,7 +200,10 @@ def signal_sources(engine: Any) -> dict[str, str]:
             else []
         )
         titles = ", ".join(names) or "a framework"  # the label holds the framework's title
-        out[signal] = f"{titles} log lines ({metric})"
+        files = set(frame["source"].to_list()) if frame is not None and "source" in frame.columns else set()
+        scalars = {f for f in files if f.startswith("tensorboard")}  # trainer_series labels them so
+        kind = "TensorBoard scalars" if files and scalars == files else "log lines and TensorBoard scalars" if scalars else "log lines"  # fmt: skip
+        out[signal] = f"{titles} {kind} ({metric})"
     return out
 
 

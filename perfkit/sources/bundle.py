@@ -172,10 +172,9 @@ def load_bundle(
     elif not any(m.startswith("logs: ") for m in missing):
         missing.append("logs: the bundle has no logs/")
     scalars = _tensorboard(root, missing, Path(tensorboard) if tensorboard else None)
-    if (
-        log_paths or scalars is not None
-    ):  # a framework's own step lines and scalars: the training rows read them
-        where = Path(tensorboard).name if tensorboard else "tensorboard"
+    # a training framework's own step lines and scalars: the training rows read them as series
+    if log_paths or scalars is not None:
+        where = f"tensorboard {Path(tensorboard).name}" if tensorboard else "tensorboard"
         trainer = trainer_store(logs, mtimes=_mtimes(log_paths), scalars=scalars, scalars_from=where)
         if trainer.store.frames:
             store = store.merge(trainer.store)

@@ -11,8 +11,10 @@ from dataclasses import replace
 
 import pytest
 
+from perfkit.analyses.training_evidence import signal_sources
 from perfkit.app.drills.grading import grade_bundle
 from perfkit.app.runner.embedded import base_specs
+from perfkit.engine.local import LocalEngine
 from perfkit.sources.bundle import load_bundle
 from perfkit.triage.table import triage_bundle
 
@@ -73,6 +75,8 @@ def test_torchtitan_tensorboard_scalars_and_lines_are_both_read(tmp_path):
         b.trainer.frameworks.get("torchtitan", 0) > 0
         and b.trainer.frameworks.get("torchtitan (TensorBoard)", 0) > 0
     )
+    sources = signal_sources(LocalEngine(b.store))
+    assert sources["train_loss"] == "torchtitan log lines and TensorBoard scalars (trainer_loss)"
     assert grade_bundle(bundle).correct
 
 
@@ -83,6 +87,10 @@ def test_hf_dicts_without_times_are_placed_by_tensorboard_not_guessed(tmp_path):
     b = load_bundle(bundle)
     assert any("Hugging Face" in m and "not placed" in m for m in b.missing), b.missing
     assert b.trainer is not None and "TensorBoard `train/loss`" in b.trainer.sources["trainer_loss"]
+    assert (
+        signal_sources(LocalEngine(b.store))["train_loss"]
+        == "Hugging Face Trainer TensorBoard scalars (trainer_loss)"
+    )
     assert grade_bundle(bundle).correct
 
 
