@@ -209,7 +209,8 @@ def signal_sources(engine: Any) -> dict[str, str]:
 
 def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
     sides = [(s, w) for s, w in (("baseline", inc.baseline), ("incident", inc.window)) if w is not None]
-    present = S.resolve(engine, "train_step").found or S.resolve(engine, "train_loss").found
+    stepped = S.resolve(engine, "train_step").found
+    present = stepped or S.resolve(engine, "train_loss").found
     ev = TrainingEvidence(present)
     if S.resolve(engine, "gpu_util").found:
         scrape = min((scrape_interval(engine, "gpu_util", w) or MIN_SCRAPE_S for _, w in sides), default=0.0)
@@ -221,7 +222,7 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
     if not present:
         return ev
     ev.sources = signal_sources(engine)
-    paced_by = "train_step" if S.resolve(engine, "train_step").found else "train_loss"
+    paced_by = "train_step" if stepped else "train_loss"
     ev.scrape_s = min(
         (s for s in (scrape_interval(engine, paced_by, w) for _, w in sides) if s is not None),
         default=None,

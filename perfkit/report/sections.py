@@ -437,7 +437,7 @@ def training_section(
         "data wait from the slowest rank at each step",
     )
     extra = []
-    if throughput and any(frame.height for frame in throughput.values()):
+    if throughput:  # only the series the framework reports (section_data.throughput_series)
         extra.append(
             figures.timeseries(
                 throughput,

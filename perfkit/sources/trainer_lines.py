@@ -68,7 +68,6 @@ pattern, never evaluated.
 
 from __future__ import annotations
 
-import math
 import re
 
 _NUM = r"[-+]?(?:\d[\d,]*(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|nan|inf|NaN|Infinity)"
@@ -275,7 +274,3 @@ def timer_name(text: str) -> str | None:
     """The timer a Megatron timer line is about (``batch-generator``), None for a header."""
     t = _TIMER.match(text)
     return t.group(1) if t else None
-
-
-def finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
