@@ -31,7 +31,7 @@ from perfkit.errors import ConfigError
 
 MAX_TABLE_BYTES = 256 * 2**10
 """Largest table read: the shipped ones are a few KiB; hundreds of entries would still fit."""
-DTYPES = ("bf16", "fp16", "fp8")
+DTYPES = ("bf16", "fp16", "fp8", "int8")
 """The dtypes ``dense_flops`` may list (tensor-core paths an LLM server uses)."""
 
 

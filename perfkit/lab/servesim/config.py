@@ -47,6 +47,20 @@ MAX_TP = 8
 """One node: tensor parallelism over NVLink inside an 8-GPU server (multi-node is not modelled)."""
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 KV_DTYPES = {"auto": None, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+QUANTIZATIONS: dict[str, tuple[float, str, str]] = {
+    "none": (0.0, "", "the checkpoint's weights"),
+    "fp8": (1.0, "fp8", "W8A8 FP8 (vLLM --quantization fp8): GEMMs on the FP8 tensor cores"),
+    "int8": (1.0, "int8", "W8A8 INT8 (a compressed-tensors w8a8 checkpoint): GEMMs on the INT8 tensor cores"),
+    "int4": (
+        0.5 + 4.0 / 128,
+        "",
+        "W4A16 (AWQ/GPTQ, group 128, fp16 scale and zero per group; vLLM's Marlin "
+        "kernels): weights read at a quarter, GEMMs in the activations' dtype",
+    ),
+}
+"""Weight quantization: (bytes per parameter, the GEMMs' dtype or "" for the activations', what it is).
+Every parameter is counted at the quantized size (the embedding and LM head, often kept in bf16, are
+~2 % of a 70B)."""
 DIALECTS = ("vllm", "sglang", "trtllm")
 """Whose words the engine speaks: its /metrics names and its log lines (:mod:`.dialect_metrics`)."""
 
@@ -66,6 +80,20 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "step_overhead_s": (0, 0.5, "CPU work per step: ms; half a second is a stalled engine"),
     "runtime_overhead_gib": (0, 64, "per GPU, under the largest GPU's memory"),
     "step_jitter": (0, 0.5, "relative spread of step times"),
+    "prefill_cost_scale": (
+        0.1,
+        10,
+        "a calibration's factor on the roofline's prefill time: 10x is no longer the model",
+    ),
+    "decode_cost_scale": (0.1, 10, "a calibration's factor on the roofline's memory-bound time"),
+    "attention_cost_scale": (0.1, 10, "a calibration's factor on the prefill attention's time"),
+    "num_speculative_tokens": (0, 16, "draft tokens proposed per step: vLLM's examples use 1-8"),
+    "spec_acceptance_rate": (0, 1, "the chance each draft token is accepted"),
+    "draft_cost_ratio": (
+        0,
+        1,
+        "one draft forward over one target decode step: a draft as big as the target is 1",
+    ),
 }
 
 SETTABLE: tuple[str, ...] = (
@@ -79,6 +107,10 @@ SETTABLE: tuple[str, ...] = (
     "max_model_len",
     "tensor_parallel_size",
     "kv_cache_dtype",
+    "quantization",
+    "num_speculative_tokens",
+    "spec_acceptance_rate",
+    "draft_cost_ratio",
 )
 """The engine arguments ``--set`` (what-if) and ``drill fix`` may change: vLLM's own, by its names."""
 
@@ -104,6 +136,13 @@ class SimConfig:
     long_prefill_token_threshold: int = 0  # vLLM: most prompt tokens one request gets per step (0: no cap)
     dtype: str = "auto"  # weights and GEMMs: auto (the checkpoint's: bf16) | bf16 | fp16 | fp8
     kv_cache_dtype: str = "auto"  # auto (as dtype) | fp8 | fp8_e4m3 | fp8_e5m2
+    quantization: str = "none"  # weights: none | fp8 | int8 | int4 (QUANTIZATIONS)
+    # -- speculative decoding (vLLM --speculative-config '{"num_speculative_tokens": k, ...}') --
+    num_speculative_tokens: int = 0  # k draft tokens verified per decode step; 0: off
+    spec_acceptance_rate: float = 0.7  # per draft token, independent (what vllm:spec_decode_* measure)
+    draft_cost_ratio: float = (
+        0.05  # one draft forward / one target decode step (a 1B draft for a 70B, EAGLE heads)
+    )
     dialect: str = "vllm"  # vllm | sglang | trtllm: the engine whose metric names and log lines it speaks
     # -- the roofline's efficiency knobs (docs/simulator.md, "Parameters") --
     compute_efficiency: float = (
@@ -116,6 +155,10 @@ class SimConfig:
     step_overhead_s: float = 0.002  # CPU work per step the GPU waits for (schedule, prepare, sample)
     runtime_overhead_gib: float = 1.0  # per GPU: CUDA-graph pool, cuBLAS/NCCL workspaces, context
     step_jitter: float = 0.02  # relative spread of step times (clock boost, power management)
+    # -- a replay's calibration (perfkit.app.whatif.calibrate): what the roofline misses of a real engine --
+    prefill_cost_scale: float = 1.0  # x the GEMMs' compute time
+    decode_cost_scale: float = 1.0  # x the weight and KV reads (decode's memory-bound time)
+    attention_cost_scale: float = 1.0  # x the prefill attention's quadratic FLOPs
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -125,10 +168,15 @@ class SimConfig:
     @property
     def compute_dtype(self) -> str:
         """The GEMMs' dtype: ``bf16`` for a bf16 checkpoint, else what ``dtype`` says."""
+        gemm = QUANTIZATIONS.get(self.quantization, (0.0, "", ""))[1]
+        if gemm:
+            return gemm
         return "bf16" if self.dtype == "auto" else self.dtype
 
     def weight_bytes(self) -> float:
-        """Bytes of the weights at the serving dtype (all GPUs together)."""
+        """Bytes of the weights at the serving dtype or quantization (all GPUs together)."""
+        if self.quantization in QUANTIZATIONS and self.quantization != "none":
+            return self.model.params * QUANTIZATIONS[self.quantization][0]
         if self.dtype == "auto":
             return self.model.weight_bytes()
         return self.model.params * DTYPE_BYTES[self.dtype]
@@ -172,6 +220,14 @@ class SimConfig:
     def kv_capacity_tokens(self) -> int:
         """Tokens the KV cache holds (vLLM logs it as ``GPU KV cache size: N tokens``)."""
         return self.num_gpu_blocks() * self.block_size
+
+
+def chunked_budget_default(gpu: Gpu) -> int:
+    """vLLM's ``max_num_batched_tokens`` for the OpenAI server with chunked prefill on
+    (``EngineArgs.get_batch_defaults``, vllm/engine/arg_utils.py): 8,192 on GPUs of at least 70 GiB
+    other than A100, 2,048 elsewhere."""
+    big = gpu.memory_gib >= 70 and "a100" not in f"{gpu.key} {gpu.name}".lower()
+    return 8192 if big else 2048
 
 
 # -- validation --------------------------------------------------------------------------------
@@ -238,6 +294,10 @@ def _validate(cfg: SimConfig) -> None:
         raise ConfigError(f"dtype: {cfg.dtype!r} is not one of auto, {', '.join(DTYPE_BYTES)}")
     if cfg.dialect not in DIALECTS:
         raise ConfigError(f"dialect: {cfg.dialect!r} is not one of {', '.join(DIALECTS)}")
+    if cfg.quantization not in QUANTIZATIONS:
+        raise ConfigError(f"quantization: {cfg.quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    if cfg.quantization != "none" and cfg.dtype not in ("auto", "bf16", "fp16"):
+        raise ConfigError(f"quantization: {cfg.quantization} with dtype {cfg.dtype}: give one of them")
     if cfg.kv_cache_dtype not in KV_DTYPES:
         raise ConfigError(f"kv_cache_dtype: {cfg.kv_cache_dtype!r} is not one of {', '.join(KV_DTYPES)}")
     if cfg.compute_dtype not in cfg.gpu.dense_flops:

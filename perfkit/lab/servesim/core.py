@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfkit.errors import ConfigError
+from perfkit.lab.servesim.blocks import Pool, shared_block_keys
 from perfkit.lab.servesim.config import SimConfig
 from perfkit.lab.servesim.roofline import Roofline, StepWork
 
@@ -123,97 +124,6 @@ class _Req:
         self.prefix: tuple[Any, ...] = (None, 0, None)
 
 
-def _block_keys(prefix: tuple[Any, ...], prompt: int, bs: int) -> list[Any]:
-    """The keys of a prompt's shareable blocks: ``block_keys`` as given (one per block of ``bs``
-    tokens), else ``(prefix_key, index)`` per whole block of the first ``prefix_tokens``."""
-    key, tokens, given = prefix
-    if given is not None:
-        return list(given[: prompt // bs])
-    if key is not None and tokens > 0:
-        return [(key, i) for i in range(min(tokens, prompt) // bs)]
-    return []
-
-
-class _Pool:
-    """KV blocks: a free count, and with prefix caching the cached blocks and vLLM's LRU free queue.
-
-    The queue holds runs of anonymous free blocks (ints) and cached blocks ``(key, generation)``;
-    a cached block taken back by a hit leaves a stale entry behind (its generation moved on)."""
-
-    def __init__(self, total: int, caching: bool) -> None:
-        self.total = total
-        self.free = total  # unreferenced blocks, evictable cached ones included
-        self.caching = caching
-        self.queue: deque[Any] = deque([total]) if caching else deque()
-        self.cache: dict[Any, list[Any]] = {}  # key -> [ref_count, generation, in_free_queue]
-
-    def take(self, n: int) -> None:
-        """Allocate ``n`` (<= free) blocks, evicting the least recently freed cached ones as needed."""
-        self.free -= n
-        if not self.caching:
-            return
-        q, cache = self.queue, self.cache
-        while n > 0:
-            e = q[0]
-            if type(e) is int:
-                if e > n:
-                    q[0] = e - n
-                    return
-                q.popleft()
-                n -= e
-                continue
-            q.popleft()
-            entry = cache.get(e[0])
-            if entry is not None and entry[2] and entry[1] == e[1]:
-                del cache[e[0]]
-                n -= 1
-
-    def give(self, anonymous: int, hashed: list[Any]) -> None:
-        """Return a request's blocks: its own ones, then its cached ones tail first (vLLM frees in reverse)."""
-        self.free += anonymous
-        if not self.caching:
-            return
-        q = self.queue
-        if anonymous:
-            if q and type(q[-1]) is int:
-                q[-1] += anonymous
-            else:
-                q.append(anonymous)
-        for key in reversed(hashed):
-            entry = self.cache[key]
-            entry[0] -= 1
-            if entry[0] == 0:
-                entry[1] += 1
-                entry[2] = True
-                q.append((key, entry[1]))
-                self.free += 1
-        if len(q) > 4 * (len(self.cache) + 64):  # drop stale entries now and then
-            self.queue = deque(e for e in q if type(e) is int or self._live(e))
-
-    def _live(self, e: tuple[Any, int]) -> bool:
-        entry = self.cache.get(e[0])
-        return entry is not None and entry[2] and entry[1] == e[1]
-
-    def lookup(self, keys: list[Any], limit: int) -> tuple[int, int]:
-        """Leading cached blocks among ``keys[:limit]``, and how many of them sit in the free queue."""
-        hits = evictable = 0
-        cache = self.cache
-        for key in keys[:limit]:
-            entry = cache.get(key)
-            if entry is None:
-                break
-            hits += 1
-            evictable += entry[2]
-        return hits, evictable
-
-    def touch(self, key: Any) -> None:
-        entry = self.cache[key]
-        if entry[2]:
-            entry[2] = False
-            self.free -= 1
-        entry[0] += 1
-
-
 class EngineCore:
     """The engine: add requests, :meth:`step` it, read what came out (see the module docstring)."""
 
@@ -222,7 +132,7 @@ class EngineCore:
         self.faults = Faults()
         self.rng = random.Random(seed)
         self.roofline = Roofline(cfg)
-        self.pool = _Pool(cfg.num_gpu_blocks(), cfg.enable_prefix_caching)
+        self.pool = Pool(cfg.num_gpu_blocks(), cfg.enable_prefix_caching)
         self.running: list[_Req] = []
         self.waiting: deque[_Req] = deque()
         self.requests: dict[str, _Req] = {}
@@ -261,7 +171,7 @@ class EngineCore:
             )
         prefix = (prefix_key, prefix_tokens, block_keys)
         req = _Req(
-            rid, prompt_tokens, max_tokens, now, _block_keys(prefix, prompt_tokens, self.cfg.block_size)
+            rid, prompt_tokens, max_tokens, now, shared_block_keys(prefix, prompt_tokens, self.cfg.block_size)
         )
         req.prefix = prefix
         self.requests[rid] = req
@@ -300,13 +210,13 @@ class EngineCore:
         if restart:
             while self.running:
                 self._preempt(self.running.pop())
-            self.pool = _Pool(cfg.num_gpu_blocks(), cfg.enable_prefix_caching)
+            self.pool = Pool(cfg.num_gpu_blocks(), cfg.enable_prefix_caching)
             self.tenant_blocks = 0
             if cfg.block_size != old.block_size:
                 for req in self.waiting:
                     if req.prefix[2] is not None:  # content keys of the old block size: no longer valid
                         req.prefix = (None, 0, None)
-                    req.keys = _block_keys(req.prefix, req.prompt, cfg.block_size)
+                    req.keys = shared_block_keys(req.prefix, req.prompt, cfg.block_size)
             return
         delta = cfg.num_gpu_blocks() - self.pool.total
         if delta >= 0:
@@ -347,6 +257,7 @@ class EngineCore:
         prompt_out = 0
         caching = self.pool.caching
         bs = self.cfg.block_size
+        spec, accept, rng = self.cfg.num_speculative_tokens, self.cfg.spec_acceptance_rate, self.rng
         done = False
         for req, n in sched:
             req.computed += n
@@ -355,15 +266,21 @@ class EngineCore:
             if req.computed < req.prompt + req.outputs:
                 continue  # a prompt chunk: no token yet
             first = req.outputs == 0
+            new = 1
             if first:
                 req.first = end
                 prompt_out += req.prompt
             else:
                 itl.append(end - req.last)
-            req.outputs += 1
+                if spec:  # the drafts accepted before the first rejected one come out with it
+                    while new <= spec and rng.random() < accept:
+                        new += 1
+                    new = min(new, req.max_tokens - req.outputs)
+                    req.computed += new - 1
+            req.outputs += new
             req.last = end
             over = req.outputs >= req.max_tokens
-            outputs.append(Output(req.rid, 1, first, over, "length" if over else None))
+            outputs.append(Output(req.rid, new, first, over, "length" if over else None))
             if over:
                 done = True
                 self._free(req)
@@ -383,7 +300,7 @@ class EngineCore:
                 )
         if done:
             self.running = [r for r in self.running if r.rid in self.requests]
-        generated = len(outputs)
+        generated = sum(o.new_tokens for o in outputs)
         self.totals["steps"] += 1
         self.totals["prompt_tokens"] += prompt_out
         self.totals["generation_tokens"] += generated

@@ -13,6 +13,12 @@ them; a GPU does 1/tp of the FLOPs and bytes, the heads and the weights being sp
     step = (linear + prefill_attention + decode_attention + allreduce + step_overhead
             + decode_part * (decode_slowdown - 1)) * step_slowdown * jitter
 
+A calibrated replay (:mod:`perfkit.app.whatif.calibrate`) scales two groups of terms by what a real
+engine's recorded latencies say the roofline misses: ``prefill_cost_scale`` the compute-bound ones
+(the GEMMs' FLOPs term of ``linear`` and ``prefill_attention``), ``decode_cost_scale`` the
+memory-bound ones (the weight-read term of ``linear`` and ``decode_attention``); the calibration sets
+``step_overhead_s`` itself. Both scales are 1 unless a calibration set them.
+
 ``N_body`` is the parameters a token's GEMMs touch (all but the embedding table, and but the LM
 head, which runs only for the S sampled positions); ``pairs`` the (query, key) pairs causal
 attention computes for the prefill chunks, ``sum(n * c0 + n (n+1) / 2)`` for a chunk of n tokens
@@ -80,30 +86,47 @@ class Roofline:
         self.allreduce_latency = cfg.allreduce_latency_s
         self.allreduce_s_per_token = ring * m.hidden * 2.0 / busbw if tp > 1 and busbw > 0 else 0.0
         self.jitter = cfg.step_jitter
+        self.prefill_scale = cfg.prefill_cost_scale
+        self.decode_scale = cfg.decode_cost_scale
+        self.attention_scale = cfg.attention_cost_scale
+        self.spec = cfg.num_speculative_tokens
+        self.draft_ratio = cfg.draft_cost_ratio
 
     def parts(self, w: StepWork, decode_slowdown: float = 1.0, step_slowdown: float = 1.0) -> StepTime:
         """The step's time by part, without jitter."""
         tokens = w.prefill_tokens + w.decode_seqs
-        compute = (self.flops_per_token * tokens + self.flops_per_sample * w.sampled) / self.compute
-        weights = self.weight_read_bytes / self.memory
+        ps, ds = self.prefill_scale, self.decode_scale
+        spec = self.spec if w.decode_seqs else 0
+        # speculative decoding: the target verifies each decoding sequence's k drafts and its own
+        # token in one forward (k + 1 positions, all sampled); the weights are still read once
+        tokens += w.decode_seqs * spec
+        sampled = w.sampled + w.decode_seqs * spec
+        compute = (self.flops_per_token * tokens + self.flops_per_sample * sampled) / self.compute * ps
+        weights = self.weight_read_bytes / self.memory * ds
         linear = compute if compute > weights else weights
         prefill_attn = 0.0
         if w.prefill_tokens:
-            prefill_attn = self.flops_per_pair * w.prefill_pairs / self.attention + (
-                (w.prefill_context + w.prefill_tokens) * self.kv_bytes / self.memory
+            prefill_attn = (
+                self.flops_per_pair * w.prefill_pairs / self.attention * self.attention_scale
+                + (w.prefill_context + w.prefill_tokens) * self.kv_bytes / self.memory * ps
             )
         decode_attn = 0.0
         decode_part = 0.0
         if w.decode_seqs:
-            decode_attn = (w.decode_context + w.decode_seqs) * self.kv_bytes / self.memory
-            prefill_compute = self.flops_per_token * w.prefill_tokens / self.compute
+            decode_attn = (w.decode_context + w.decode_seqs) * self.kv_bytes / self.memory * ds
+            prefill_compute = self.flops_per_token * w.prefill_tokens / self.compute * ps
             decode_part = decode_attn + max(0.0, linear - prefill_compute)
         comm = 0.0
         if self.allreduces:
             comm = self.allreduces * (self.allreduce_latency + tokens * self.allreduce_s_per_token)
-        base = linear + prefill_attn + decode_attn + comm + self.overhead
+        overhead = self.overhead
+        # the draft proposes its k tokens one forward at a time, each a fraction of a target decode step
+        draft = (
+            spec * self.draft_ratio * (self.weight_read_bytes / self.memory * ds + overhead) if spec else 0.0
+        )
+        base = linear + prefill_attn + decode_attn + comm + overhead + draft
         total = (base + decode_part * (decode_slowdown - 1.0)) * step_slowdown
-        return StepTime(linear, prefill_attn, decode_attn, comm, self.overhead, decode_part, total)
+        return StepTime(linear, prefill_attn, decode_attn, comm, overhead, decode_part, total)
 
     def seconds(
         self,
