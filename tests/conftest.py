@@ -18,6 +18,22 @@ SCENARIOS = REPO / "data" / "scenarios"
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _replay_cache(tmp_path_factory) -> Iterator[None]:
+    """One replay cache for the session (perfkit.app.whatif.replay_cache), never the user's: runbooks
+    executed on the same bundle calibrate its replay once. A test that sets PERFKIT_CACHE keeps it."""
+    import os
+
+    if "PERFKIT_CACHE" in os.environ:
+        yield
+        return
+    os.environ["PERFKIT_CACHE"] = str(tmp_path_factory.mktemp("perfkit-cache"))
+    try:
+        yield
+    finally:
+        os.environ.pop("PERFKIT_CACHE", None)
+
+
 @pytest.fixture
 def scenario_copy(tmp_path):
     """Copy an embedded scenario so a test may break it."""

@@ -32,8 +32,9 @@ when one of ``concurrency`` slots is free) and asks for ``output_tokens[i]`` tok
   the per-minute request rate (``vllm:e2e_request_latency_seconds_count``, else
   ``vllm:request_success_total``, plus the backlog's growth: :func:`_arrivals_per_minute`);
   lengths drawn from the window's ``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens``
-  histograms, uniform over the whole numbers of a bucket, the ``+Inf`` bucket up to twice the
-  largest finite bound (``replay["notes"]`` says so when it is used).
+  histograms within their buckets so that their mean is the histogram's ``_sum / _count``
+  (:mod:`perfkit.loadgen.lengths`), the ``+Inf`` bucket up to twice the largest finite bound
+  (``replay["notes"]`` says so when it is used).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from perfkit.engine import signals as S
 from perfkit.engine.dialects import family
 from perfkit.engine.local import LocalEngine
 from perfkit.errors import BundleError, ConfigError
+from perfkit.loadgen.lengths import draw_lengths
 from perfkit.sources.safeio import RefusedFile, open_regular, size_text
 
 SHAPES = ("concurrency", "rate", "burst", "replay")
@@ -445,7 +447,7 @@ def replay_bundle(path: str | Path, time_scale: float = 1.0, seed: int = 0, max_
     scale = _positive(time_scale, "time scale")
     cap = None if max_requests is None else _whole(max_requests, "max_requests", 1, MAX_PLAN_REQUESTS)
     names = [b for g in ("e2e", "prompt_tokens", "generation_tokens") for b in S.HISTOGRAMS[g]]
-    wanted = {f"{b}_{s}" for b in names for s in ("bucket", "count")}
+    wanted = {f"{b}_{s}" for b in names for s in ("bucket", "count", "sum")}
     wanted |= {family(n) for n in S.GAUGES["running"] + S.GAUGES["waiting"] + S.COUNTERS["request_success"]}
     bundle = load_bundle(path, families=wanted)
     engine, where = LocalEngine(bundle.store), str(bundle.path)
@@ -466,9 +468,7 @@ def replay_bundle(path: str | Path, time_scale: float = 1.0, seed: int = 0, max_
     if not len(at):
         raise BundleError(f"the draw holds no request (about {per_bin.sum():.1f} expected)", path=where)
     notes.insert(0, f"arrivals: Poisson with the per-minute rate of {counter} (seed {seed})")
-    notes.append(
-        "lengths: uniform within the buckets of the window's histograms, prompt and output independent"
-    )
+    notes.append("lengths: drawn from the window's histograms, prompt and output independent")
     lengths = []
     for signal, rng in (("prompt_tokens", prompt_rng), ("generation_tokens", output_rng)):
         metric = S.resolve(engine, signal).metric
@@ -478,12 +478,13 @@ def replay_bundle(path: str | Path, time_scale: float = 1.0, seed: int = 0, max_
             )
         increase = ops.sum_by(ops.increase(ops.Selector(f"{metric}_bucket"), window.seconds), "le")
         top = MAX_PROMPT_TOKENS if signal == "prompt_tokens" else MAX_OUTPUT_TOKENS
-        drawn, note = _draw_lengths(engine.instant(increase, window.end), len(at), rng, metric, top)
+        mean = _window_mean(engine, metric, window)
+        drawn, said = draw_lengths(engine.instant(increase, window.end), len(at), rng, metric, top, mean)
         if drawn is None:
             raise BundleError(
                 f"{metric} has no observations in finite buckets in the incident window", path=where
             )
-        notes += [note] if note else []
+        notes += said
         lengths.append(drawn)
     replay = {
         "source": bundle.path.name,
@@ -550,6 +551,20 @@ def _arrivals_per_minute(
     return counter.metric, offsets[:-1], widths, per_bin, notes
 
 
+def _window_mean(engine: LocalEngine, metric: str, window: Window) -> float | None:
+    """The histogram's mean over the window: increase of ``_sum`` over increase of ``_count``."""
+    parts = []
+    for suffix in ("_sum", "_count"):
+        frame = engine.instant(
+            ops.sum_by(ops.increase(ops.Selector(metric + suffix), window.seconds)), window.end
+        )
+        parts.append(float(frame["value"][0]) if frame.height else math.nan)
+    total, count = parts
+    return (
+        total / count if math.isfinite(total) and math.isfinite(count) and count > 0 and total > 0 else None
+    )
+
+
 def _on_edges(engine: LocalEngine, expr: ops.Expr, edges: list[datetime]) -> np.ndarray:
     """``expr`` at each of ``edges`` (a 60 s grid from the first, and maybe a last one off the
     grid); NaN where it has no value."""
@@ -558,43 +573,3 @@ def _on_edges(engine: LocalEngine, expr: ops.Expr, edges: list[datetime]) -> np.
         frame = frame.vstack(engine.instant(expr, edges[-1]).select(frame.columns))
     found = {ts: v for ts, v in zip(frame["ts"].to_list(), frame["value"].to_list(), strict=True)}
     return np.array([found.get(e, math.nan) for e in edges], dtype=np.float64)
-
-
-def _draw_lengths(
-    frame: Any, n: int, rng: np.random.Generator, metric: str, top_tokens: int = MAX_PROMPT_TOKENS
-) -> tuple[np.ndarray | None, str | None]:
-    """``n`` whole lengths drawn from the cumulative bucket counts in ``frame`` (columns le, value)."""
-    if not frame.height or "le" not in frame.columns:
-        return None, None
-    pairs = sorted(
-        (_bound(le), float(v)) for le, v in zip(frame["le"], frame["value"], strict=True) if v is not None
-    )
-    pairs = [(b, c) for b, c in pairs if not math.isnan(b)]
-    bounds = np.array([b for b, _ in pairs])
-    cumulative = np.maximum.accumulate(np.nan_to_num(np.array([c for _, c in pairs]), nan=0.0).clip(0.0))
-    per_bucket = np.diff(cumulative, prepend=0.0)
-    total = float(per_bucket.sum())
-    finite = bounds[np.isfinite(bounds)]
-    if total <= 0 or not len(finite):
-        return None, None
-    top = float(finite.max())
-    upper = np.minimum(np.where(np.isfinite(bounds), bounds, 2 * top), top_tokens)
-    lower = np.concatenate(([0.0], upper[:-1]))
-    u = rng.random((n, 2))  # one row a request: the draw of the first N is the same for any n >= N
-    bucket = np.minimum(
-        np.searchsorted(np.cumsum(per_bucket) / total, u[:, 0], side="right"), len(bounds) - 1
-    )
-    lo = np.floor(lower[bucket]) + 1
-    hi = np.maximum(lo, np.floor(upper[bucket]))
-    drawn = np.clip(lo + np.floor(u[:, 1] * (hi - lo + 1)), 1, top_tokens)
-    share = float(per_bucket[~np.isfinite(bounds)].sum()) / total
-    note = f"{metric}: {share:.1%} of requests were over {top:g} (the +Inf bucket), drawn up to {2 * top:g}"
-    return drawn.astype(np.int32), note if share > 0 else None
-
-
-def _bound(le: Any) -> float:
-    """A bucket's ``le`` as a number (NaN when it is not one: that bucket is ignored)."""
-    try:
-        return float(le)
-    except (TypeError, ValueError):
-        return math.nan

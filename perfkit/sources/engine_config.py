@@ -1,9 +1,11 @@
 """The serving engine's settings, read from its own start-up log lines and its info metrics.
 
-Five settings decide how a vLLM server trades latency for throughput (:data:`KEYS`):
+Six settings decide how a vLLM server trades latency for throughput (:data:`KEYS`):
 ``chunked_prefill`` (bool), ``max_num_batched_tokens`` (int, the per-step token budget),
 ``max_num_seqs`` (int, the most sequences in one batch), ``gpu_memory_utilization`` (float in
-(0, 1], the share of GPU memory vLLM may take) and ``prefix_caching`` (bool).
+(0, 1], the share of GPU memory vLLM may take), ``prefix_caching`` (bool) and
+``long_prefill_token_threshold`` (int, the most prompt tokens one request gets a step with chunked
+prefill; vLLM's ``--long-prefill-token-threshold``, 0 and unset meaning no cap).
 
 Where vLLM says them (upstream sources and versions in ``docs/formats.md``):
 
@@ -74,6 +76,7 @@ KEYS = (
     "max_num_seqs",
     "gpu_memory_utilization",
     "prefix_caching",
+    "long_prefill_token_threshold",
 )
 
 #: vLLM's spellings of each setting (``VllmConfig.__str__``, engine arguments) → key
@@ -84,6 +87,7 @@ _ALIASES = {
     "max_num_seqs": "max_num_seqs",
     "gpu_memory_utilization": "gpu_memory_utilization",
     "enable_prefix_caching": "prefix_caching",
+    "long_prefill_token_threshold": "long_prefill_token_threshold",
 }
 #: info metric → {label: key}
 INFO_METRICS: dict[str, dict[str, str]] = {

@@ -78,9 +78,10 @@ def test_the_json_contract(fix_sweep):
 def test_chunked_prefill_alone_keeps_the_tail_and_the_threshold_cuts_it(fix_sweep):
     """Physics of the §5.3 case on Llama-3.1-70B / 4x H100: 1 % of the demo's prompts are 20k-40k
     tokens, whose whole prefill is 2 * 70e9 * 30e3 FLOPs at 50 % of 4 x 989 TFLOP/s = ~2 s; a short
-    prompt arriving behind one waits that long. Chunked prefill with a 32,768-token budget gives the
-    running long prompt the whole budget first, so it waits just as long; a 512-token cap per
-    request and step leaves room for it in the next step (~50 ms)."""
+    prompt arriving behind one waits that long. Chunked prefill with vLLM's 8,192-token budget gives
+    the running long prompt the whole budget first, step after step, so it waits about as long; a
+    512-token cap per request and step leaves room for it in the next step (~50 ms). The rows run
+    on the engine calibrated to the incident (its replay within the issue's tolerances)."""
     off = row(fix_sweep, enable_chunked_prefill=False, long_prefill_token_threshold=0)
     chunked = row(fix_sweep, enable_chunked_prefill=True, long_prefill_token_threshold=0)
     fixed = row(fix_sweep, enable_chunked_prefill=True, long_prefill_token_threshold=512)
@@ -270,3 +271,38 @@ def test_lengths_drawn_past_the_recorded_limit_are_cut_to_it():
     assert fitted.output_tokens.tolist() == [50, 50, 8191]
     assert (fitted.prompt_tokens + fitted.output_tokens).max() <= 8192
     assert fit_recorded(plan, 100_000) == (plan, 0)
+
+
+def test_turning_chunked_prefill_on_takes_vllms_budget_for_it_unless_one_is_set():
+    """With chunked prefill off vLLM forces max_num_batched_tokens >= max_model_len (32768 on the demo);
+    an operator who adds --enable-chunked-prefill gets vLLM's budget for it (8192 on an H100, 2048
+    on an A100: EngineArgs.get_batch_defaults), not a 32k step that chunks nothing."""
+    from dataclasses import replace
+
+    from perfkit.app.whatif.base import config_from_bundle
+    from perfkit.app.whatif.replay import _grid_configs
+    from perfkit.core import hardware
+
+    base = config_from_bundle(str(DEMO)).cfg
+    assert not base.enable_chunked_prefill and base.max_num_batched_tokens == base.max_model_len == 32768
+    (_, off), (_, on) = _grid_configs(base, {"enable_chunked_prefill": ["false", "true"]})
+    assert off.max_num_batched_tokens == 32768 and on.max_num_batched_tokens == 8192
+    ((_, own),) = _grid_configs(
+        base, {"enable_chunked_prefill": ["true"], "max_num_batched_tokens": ["4096"]}
+    )
+    assert own.max_num_batched_tokens == 4096
+    a100 = replace(base, gpu=hardware.gpu("a100-sxm"))
+    ((_, on_a100),) = _grid_configs(a100, {"enable_chunked_prefill": ["true"]})
+    assert on_a100.max_num_batched_tokens == 2048
+
+
+def test_the_issues_sweep_marks_chunked_prefill_on_best():
+    """Issue 26's done-when: ``--set enable_chunked_prefill=false,true`` on the demo marks "on" best
+    (it had marked "off": chunked prefill ran with the 32k budget chunked prefill off forces), on
+    the calibrated engine, whose replay of the incident is trusted."""
+    doc = as_json("--replay", str(DEMO), "--set", "enable_chunked_prefill=false,true", "--minutes", "5")
+    assert doc["reproduction"]["trusted"]
+    off, on = row(doc, enable_chunked_prefill=False), row(doc, enable_chunked_prefill=True)
+    assert on["best"] and not off["best"]
+    assert on["goodput"] > off["goodput"] and on["tpot_p95_ms"] < off["tpot_p95_ms"]
+    assert any("vLLM's own max_num_batched_tokens for chunked prefill, 8192" in n for n in doc["notes"])

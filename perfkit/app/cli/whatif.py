@@ -77,6 +77,12 @@ MAX_ARG = 4096
 @click.option(
     "--speedup-info", is_flag=True, help="also show each run's wall time and simulated/wall speed-up"
 )
+@click.option(
+    "--no-calibration",
+    "raw",
+    is_flag=True,
+    help="replay on the roofline as it is, without fitting its step costs to the bundle's windows",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option(
     "--plot",
@@ -87,8 +93,8 @@ MAX_ARG = 4096
 )
 @click.option("--force", is_flag=True, help="replace the --plot file if it exists")
 def whatif(replay: str, engine_config: Path | None, sets: tuple[str, ...], minutes: float, time_scale: float,
-           slo: str | None, usd_per_gpu_hour: float | None, seed: int, speedup_info: bool, fmt: str, plot: Path | None,
-           force: bool) -> None:  # fmt: skip
+           slo: str | None, usd_per_gpu_hour: float | None, seed: int, speedup_info: bool, raw: bool, fmt: str,
+           plot: Path | None, force: bool) -> None:  # fmt: skip
     """What if the engine ran differently? Replay traffic through the simulated engine once per
     configuration and compare TTFT/TPOT, throughput, goodput and cost, the best under the SLOs marked.
 
@@ -107,7 +113,7 @@ def whatif(replay: str, engine_config: Path | None, sets: tuple[str, ...], minut
         raise ConfigError(f"--plot {plot}: the file exists; choose another name, or --force to replace it")
     result = run_whatif(
         replay, sets, engine_config=engine_config, minutes=minutes, slo=slo,
-        usd_per_gpu_hour=usd_per_gpu_hour, seed=seed, time_scale=time_scale,
+        usd_per_gpu_hour=usd_per_gpu_hour, seed=seed, time_scale=time_scale, calibrated=not raw,
     )  # fmt: skip
     doc = result.as_dict()
     if plot is not None:
@@ -222,16 +228,25 @@ def _print_reproduction(console: Any, rep: dict[str, Any] | None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from perfkit.app.whatif.calibrate import TARGETS
+
+    fitted = {metric for _, metric, _, _ in TARGETS} if rep.get("calibration") else set()
     table = Table(title="the incident replayed as it was: simulated against observed")
-    for c in ("window", "metric", "observed", "simulated", "error"):
+    for c in ("window", "metric", "observed", "roofline", "calibrated", "error"):
         table.add_column(c, justify="left" if c in ("window", "metric") else "right")
     for r in rep["rows"]:
         if r["observed"] is None and r["simulated"] is None:
             continue
         err = r["error"]
-        table.add_row(r["window"], r["metric"], _fmt(r["observed"], 2), _fmt(r["simulated"], 2),
-                      "—" if err is None else f"{err:+.0%}")  # fmt: skip
+        own = r["window"] in rep.get("calibration", {})
+        metric = r["metric"] + (" (fitted)" if own and r["metric"] in fitted else "")
+        table.add_row(r["window"], metric, _fmt(r["observed"], 2), _fmt(r.get("uncalibrated"), 2),
+                      _fmt(r["simulated"], 2), "—" if err is None else f"{err:+.0%}")  # fmt: skip
     console.print(table)
+    for side, cal in rep.get("calibration", {}).items():
+        scales = ", ".join(f"{k}={v:.3g}" for k, v in cal["scales"].items())
+        state = "fitted" if cal["fitted"] else "not fitted within 5 %: the closest round kept"
+        console.print(escape(f"{side} engine calibrated in {len(cal['rounds'])} replays: {scales} ({state})"))
     if rep["trusted"]:
         console.print(
             "replay trusted: TTFT p50/p95 within 25 %, TPOT p50 within 15 % of the incident", style="green"

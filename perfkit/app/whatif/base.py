@@ -26,6 +26,7 @@ _ENGINE_KEYS = {  # perfkit.sources.engine_config key -> SimConfig field
     "max_num_seqs": "max_num_seqs",
     "gpu_memory_utilization": "gpu_memory_utilization",
     "prefix_caching": "enable_prefix_caching",
+    "long_prefill_token_threshold": "long_prefill_token_threshold",
 }
 _DTYPES = {
     "torch.bfloat16": "auto",

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from perfkit.app.whatif.base import bundle_extras, config_from_bundle, config_from_file, gpu_price
+from perfkit.app.whatif.calibrate import CALIBRATED
 from perfkit.app.whatif.reproduce import fit_recorded, reproduce
 from perfkit.errors import ConfigError
 
@@ -171,6 +172,7 @@ def run_whatif(
     usd_per_gpu_hour: float | None = None,
     seed: int = 0,
     time_scale: float = 1.0,
+    calibrated: bool = True,
 ) -> WhatIf:
     """The sweep (module docstring): ``replay`` a bundle folder or a request log; ``sets`` the
     ``--set key=v1,v2`` items; ``slo`` ``"ttft=MS,tpot=MS"`` (default: the bundle's);
@@ -204,7 +206,12 @@ def run_whatif(
     if slo_ms:
         base.slo_ms, base.slo_origin = slo_ms, "--slo"
     price, price_origin = gpu_price(base, usd_per_gpu_hour)
-    configs = _grid_configs(base.cfg, grid)
+    reproduction, engine = None, base.cfg
+    if is_bundle:  # before predicting: does the replay reproduce what was observed?
+        rep = reproduce(replay, base.cfg, seed=seed, calibrated=calibrated)
+        reproduction = rep.as_dict()
+        engine = rep.engines.get("incident", base.cfg)
+    configs = _grid_configs(engine, grid)
     plan = load_traffic(replay, float(minutes), seed, float(time_scale))
     notes = list(base.notes)
     if is_bundle:
@@ -247,13 +254,19 @@ def run_whatif(
     described = {
         name: {"value": _plain(getattr(base.cfg, name)), "origin": src} for name, src in base.origin.items()
     }
-    reproduction = None
-    if is_bundle:  # before predicting: does the replay reproduce what was observed?
-        rep = reproduce(replay, base.cfg, seed=seed)
-        reproduction = rep.as_dict()
+    if is_bundle:
+        if engine is not base.cfg:
+            fitted = ", ".join(f"{k}={getattr(engine, k):.3g}" for k in CALIBRATED)
+            notes.insert(0, f"every row runs on the engine calibrated to the incident window ({fitted}; "
+                         "docs/simulator.md, Calibration)")  # fmt: skip
         if not rep.trusted:
             notes.insert(0, "the replay of the incident as it was misses what was observed, so the rows are "
                          "untrusted predictions: " + "; ".join(rep.why))  # fmt: skip
+    budgets = {
+        c.max_num_batched_tokens for _, c in configs if not isinstance(c, str) and c.enable_chunked_prefill
+    }
+    if not engine.enable_chunked_prefill and "max_num_batched_tokens" not in grid and budgets:
+        notes.append(CHUNKED_BUDGET_NOTE.format(budget=min(budgets), recorded=engine.max_num_batched_tokens))
     return WhatIf(
         rows, runs, described, traffic, base.slo_ms, base.slo_origin, price, price_origin, notes,
         time.perf_counter() - t0, reproduction,
@@ -281,6 +294,7 @@ def _grid_configs(base: Any, grid: dict[str, list[str]]) -> list[tuple[dict[str,
     for combo in itertools.product(*(grid[n] for n in names)):
         changes: dict[str, str | int | float | bool] = dict(zip(names, combo, strict=True))
         label = ", ".join(f"{k}={v}" for k, v in changes.items())
+        changes = _with_chunked_budget(base, changes, label)
         try:
             cfg = with_changes(base, changes, f"--set {label}")
         except ConfigError as exc:
@@ -293,6 +307,31 @@ def _grid_configs(base: Any, grid: dict[str, list[str]]) -> list[tuple[dict[str,
             out[0][1] if len(out) == 1 else f"no configuration of the sweep can run; first: {out[0][1]}"
         )
     return out
+
+
+def _with_chunked_budget(
+    base: Any, changes: dict[str, str | int | float | bool], label: str
+) -> dict[str, str | int | float | bool]:
+    """``changes``, and when they turn chunked prefill on over a base whose token budget is the one
+    chunked prefill off forces (at least ``max_model_len``), vLLM's own budget for chunked prefill
+    (:func:`~perfkit.lab.servesim.config.chunked_budget_default`): an operator who adds
+    ``--enable-chunked-prefill`` gets that budget, not a 32k step that chunks nothing."""
+    from perfkit.lab.servesim.config import chunked_budget_default, parse_changes
+
+    if "max_num_batched_tokens" in changes or "enable_chunked_prefill" not in changes:
+        return changes
+    on = parse_changes({"enable_chunked_prefill": changes["enable_chunked_prefill"]}, label)
+    forced = not base.enable_chunked_prefill and base.max_num_batched_tokens >= base.max_model_len
+    if on["enable_chunked_prefill"] and forced:
+        return {**changes, "max_num_batched_tokens": chunked_budget_default(base.gpu)}
+    return changes
+
+
+CHUNKED_BUDGET_NOTE = (
+    "enable_chunked_prefill=true runs with vLLM's own max_num_batched_tokens for chunked prefill, {budget} "
+    "(EngineArgs.get_batch_defaults for this GPU): the recorded {recorded} is the budget chunked prefill off "
+    "forces (max_model_len); --set max_num_batched_tokens=... sweeps it"
+)
 
 
 def _run(cfg: Any, plan: Any, span: float, slo_ms: dict[str, float], seed: int) -> Any:

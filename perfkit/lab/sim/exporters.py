@@ -546,7 +546,13 @@ class Recorder:
         self._log(t, "INFO", "api_server.py:1875", f"vLLM API server version {spec.vllm_version}")
         self._log(t, "INFO", "api_server.py:1876", f"service {spec.service} release {version}")
         tokens = cfg.max_num_batched_tokens if cfg.chunked_prefill else cfg.max_prefill_tokens
-        args = {"model": spec.model, "max_num_seqs": cfg.max_num_seqs, "max_num_batched_tokens": tokens}
+        args: dict[str, object] = {
+            "model": spec.model,
+            "max_num_seqs": cfg.max_num_seqs,
+            "max_num_batched_tokens": tokens,
+        }
+        if cfg.chunked_prefill and cfg.long_prefill_token_threshold:
+            args["long_prefill_token_threshold"] = cfg.long_prefill_token_threshold
         self._log(t, "INFO", "utils.py:326", f"non-default args: {args}")
         notice = f"Chunked prefill is enabled with max_num_batched_tokens={tokens}."
         if cfg.chunked_prefill:
