@@ -30,10 +30,11 @@ TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "py.typed"}
 MAX_LINES = 600
 
 #: the rooms of ``app`` -> the rooms each may import (besides itself): commands import the rest;
-#: runbooks, drills and what-if stand on the runner and never import a command
+#: runbooks, drills and what-if stand on the runner and never import a command; a runbook may run a
+#: what-if (the inference runbook's predicted fix), never the other way
 APP_ROOMS = {
     "runner": set(),
-    "runbooks": {"runner"},
+    "runbooks": {"runner", "whatif"},
     "drills": {"runner"},
     "whatif": {"runner"},
     "cli": {"runner", "runbooks", "drills", "whatif"},

@@ -241,7 +241,7 @@ def test_embedded_names_work_wherever_a_bundle_is_taken():
     with pytest.raises(ConfigError, match="nor an embedded incident"):
         replay_source("no-such-incident")
     doc = json.loads(_invoke("lab", "whatif", "--replay", "demo", "--set", "enable_chunked_prefill=true",
-                             "--minutes", "2", "--format", "json").output)  # fmt: skip
+                             "--minutes", "2", "--no-calibration", "--format", "json").output)  # fmt: skip
     assert doc["configs"][0]["set"] == {"enable_chunked_prefill": True}
     res = CliRunner().invoke(
         cli, ["lab", "whatif", "--replay", "no-such-incident", "--set", "max_num_seqs=8"]

@@ -106,6 +106,7 @@ def test_the_installed_perfkit_is_the_wheel_not_this_checkout(installed):
     assert str(venv) in where and str(REPO) not in where
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 def test_demo_runs_from_any_folder(installed):
     res = _perfkit(installed, "run", "inference_latency", "--bundle", "demo", "-o", "out")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -119,6 +120,7 @@ def test_demo_runs_from_any_folder(installed):
     assert str(REPO / "data") not in nb
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 def test_drills_list_and_start_from_any_folder(installed):
     res = _perfkit(installed, "drill", "list")
     assert res.returncode == 0, res.stderr

@@ -87,6 +87,7 @@ def build(
     cost_summary: str | None = None,
     restarts: list[dict[str, Any]] | None = None,
     job: JobTerms | None = None,
+    predicted_fix: str | None = None,
 ) -> PostmortemModel:
     """The postmortem's document model. ``job``: a training job's impact in its own terms (step
     time, tokens/s, MFU, time lost; :mod:`perfkit.report.training_view`) in place of the latency
@@ -237,9 +238,8 @@ def build(
     actions: list[ActionItem] = []
     if confirmed:
         c = confirmed[0]
-        actions.append(
-            {"action": c.row.next_step, "type": "mitigate", "priority": "P0", "owner": "service owner"}
-        )
+        action = c.row.next_step + (f" ({predicted_fix})" if predicted_fix else "")
+        actions.append({"action": action, "type": "mitigate", "priority": "P0", "owner": "service owner"})
         if c.row.direction in DETECT_ACTIONS:
             actions.append(
                 {

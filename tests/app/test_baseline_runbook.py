@@ -222,6 +222,7 @@ def test_a_broken_bench_result_never_breaks_the_baseline_section(tmp_path):
         assert extra.status == "missing" and path.name in extra.missing[0]
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 @pytest.mark.notebook
 def test_the_runbook_runs_its_demo_headless_and_renders(tmp_path):
     from perfkit.app.runner.run import execute
@@ -254,7 +255,9 @@ def test_the_inference_runbook_takes_a_bench_result(tmp_path):
 
     bench = write(tmp_path / "bench.json", bench_doc(started="2026-03-05T10:00:00Z"))
     result = execute(
-        "inference_latency", tmp_path / "out", {"bundle": str(SCENARIO), "bench_result": str(bench)}
+        "inference_latency",
+        tmp_path / "out",
+        {"bundle": str(SCENARIO), "bench_result": str(bench), "predict_fix": False},
     )
     assert result.error is None, result.error
     findings = findings_from_notebook(json.loads(result.notebook.read_text()))

@@ -249,7 +249,7 @@ def test_the_runbook_records_the_verdict(tmp_path):
     from perfkit.core.findings import findings_from_notebook
 
     result = execute("inference_latency", tmp_path / "a", {"bundle": str(SCENARIOS / "release-regression"),
-                                                             "after_bundle": str(ROLLED)})  # fmt: skip
+                                                             "after_bundle": str(ROLLED), "predict_fix": False})  # fmt: skip
     assert result.error is None, result.error
     found = findings_from_notebook(json.loads(result.notebook.read_text()))
     assert found["verify_fix"].data["verdict"] == "worked"

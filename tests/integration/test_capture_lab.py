@@ -116,6 +116,7 @@ def test_lab_errors_are_clear(tmp_path, monkeypatch):
     assert "prometheus is not installed: apt-get install -y --no-install-recommends prometheus" in res.output
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 @pytest.mark.notebook
 def test_runbook_on_the_printed_lab_url_gives_the_bundles_findings(tmp_path, monkeypatch):
     """The issue's promise, as a new user follows it: lab up, paste the printed parameters, run."""

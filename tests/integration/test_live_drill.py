@@ -329,6 +329,7 @@ def test_scrape_config_refuses_targets_off_this_host(tmp_path):
         scrape_config(["127.0.0.1:9000"], 0.01)
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 @pytest.mark.integration
 def test_a_forgotten_drill_whose_folder_is_removed_stops_itself(tmp_path):
     """The supervisor stops the simulator, the load and Prometheus by PID once the drill's folder is

@@ -127,6 +127,7 @@ def test_metrics_server_down_every_section_says_so(tmp_path):
     assert "cannot connect" in (tmp_path / "out" / "postmortem.md").read_text()
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 def test_partial_failures_are_named_and_the_rest_completes(prometheus, tmp_path):
     rules = {"/api/v1/query_range": (503, "overloaded")}
     with FaultProxy(prometheus.url, rules) as proxy:

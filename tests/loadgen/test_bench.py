@@ -192,6 +192,7 @@ def test_two_worker_processes_record_every_request_once(lab, tmp_path):
     assert not list(tmp_path.glob(".*part*"))  # the parts were merged and removed
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 def test_a_sweep_writes_each_level_and_marks_a_knee(lab, tmp_path):
     out = tmp_path / "sweep.json"
     res = CliRunner().invoke(
@@ -209,6 +210,7 @@ def test_a_sweep_writes_each_level_and_marks_a_knee(lab, tmp_path):
     # the knee's place against the server's capacity: tests/loadgen/test_bench_honest.py
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 def test_replaying_the_demo_bundle_follows_its_traffic(lab, tmp_path):
     bundle = Path(__file__).resolve().parents[2] / "data" / "scenarios" / "release-regression"
     out = tmp_path / "replay.json"

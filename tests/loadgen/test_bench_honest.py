@@ -46,6 +46,7 @@ def test_an_open_loop_rate_is_kept(lab, tmp_path, rate, arrival):
     assert load["schedule_lag_ms"]["90"] < 50.0, load
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 def test_the_knee_sits_below_the_capacity_the_concurrency_cap_allows(lab, tmp_path):
     slots, output_tokens = 2, 4
     e2e_s = (TTFT_MS + (output_tokens - 1) * ITL_MS) / 1000  # 80 ms

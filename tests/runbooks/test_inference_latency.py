@@ -49,9 +49,29 @@ def test_every_section_recorded_a_finding(interference):
         "triage",
         "gpu",
         "cost",
+        "predicted_fix",
         "postmortem",
     }
     assert all(f.status != "error" for f in findings.values()), {k: f.summary for k, f in findings.items()}
+
+
+def test_the_fix_is_predicted_by_a_calibrated_replay_and_the_postmortem_says_so(interference):
+    """Issue 26: the confirmed direction's remedy replayed on the engine calibrated to the incident,
+    the predicted TTFT p95 at most half the replay as it was, at the same throughput; the postmortem's
+    mitigation carries the prediction."""
+    findings, result = interference
+    pred = findings["predicted_fix"]
+    assert pred.status == "ok" and pred.data["trusted"]
+    (fix,) = pred.data["tried"]
+    assert fix["direction"] == "prefill_decode_interference" and fix["verdict"] == "helps"
+    assert fix["predicted"]["ttft_p95_ms"] <= 0.5 * pred.data["as_was"]["ttft_p95_ms"]
+    assert fix["predicted"]["output_throughput"] >= 0.95 * pred.data["as_was"]["output_throughput"]
+    # the observed TTFT p95 the section shows is the baseline section's (no second reading of it)
+    observed = findings["baseline"].data
+    assert pred.data["observed"]["ttft_p95_ms"] is not None and observed
+    mitigate = [a for a in findings["postmortem"].data["action_items"] if a["type"] == "mitigate"]
+    assert "predicted by the calibrated replay" in mitigate[0]["action"]
+    assert "predicted by the calibrated replay" in result.outputs["markdown"].read_text()
 
 
 def test_interference_rank1_with_evidence_and_chunked_prefill(interference):

@@ -359,7 +359,8 @@ def test_evidence_text_is_inert_in_the_executed_notebook(tmp_path, scenario_copy
         fh.write(
             '2026-11-18T14:20:00Z,config,assist-api,,"<img src=y onerror=alert(2)> ![y](http://evil.example/y)"\n'
         )
-    res = _run(["run", "inference_latency", "--bundle", str(bundle), "-o", "out"], tmp_path, _env(tmp_path))
+    args = ["run", "inference_latency", "--bundle", str(bundle), "-o", "out", "-p", "predict_fix=false"]
+    res = _run(args, tmp_path, _env(tmp_path))
     assert res.returncode == 0, res.stderr
     nb = json.loads((tmp_path / "out" / "inference_latency.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]

@@ -57,6 +57,7 @@ def test_a_healthy_service_confirms_nothing_in_any_engine(tmp_path, dialect):
     assert result.confirmed() == []
 
 
+@pytest.mark.slow  # ~10-35 s: in make test-all and CI, not make test
 def test_two_engines_in_one_prometheus_are_two_workloads_and_engine_chooses(tmp_path):
     """A fleet serving one model on vLLM (healthy) and one on SGLang (the long-prompt tenant): two
     workloads, each with its engine; ``--engine sglang`` judges the SGLang one in its own names."""

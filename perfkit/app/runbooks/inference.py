@@ -28,6 +28,7 @@ __all__ = [
     "findings",
     "gpu",
     "open_incident",
+    "predicted_fix",
     "resolve_bundle",
     "scope",
     "section",
@@ -216,6 +217,38 @@ def cost(ctx: Context) -> Section:
     return show.cost_section(res, cost_table(res))
 
 
+@section("predicted_fix", "The fix, predicted by a calibrated replay")
+def predicted_fix(ctx: Context) -> Section:
+    """Each confirmed direction's remedy replayed on the serving simulator calibrated to this
+    incident (:mod:`perfkit.app.whatif.remedy`), beside what was observed; the triage section first."""
+    from perfkit.app.whatif.base import config_from_bundle
+    from perfkit.app.whatif.remedy import TARGET, predict
+    from perfkit.report import remedy_view
+
+    if not ctx.params.get("predict_fix", True):
+        return remedy_view.not_run_section("predict_fix is False: not replayed", status="ok")
+    res = ctx.results.get("triage")
+    if res is None:
+        return remedy_view.not_run_section(
+            "the triage section has not run: nothing confirmed to predict a fix for"
+        )
+    directions = [r.row.direction for r in res.confirmed() if r.row.direction in TARGET]
+    if not directions:
+        return remedy_view.not_run_section(
+            "no confirmed serving direction with a remedy to replay", status="ok"
+        )
+    if ctx.bundle is None:
+        return remedy_view.not_run_section(
+            "a replay needs a bundle: capture the window (perfkit capture) and run on it"
+        )
+    base = config_from_bundle(ctx.bundle.path)
+    pred = predict(
+        ctx.bundle.path, base.cfg, directions, slo_ms=base.slo_ms, usd_per_gpu_hour=base.usd_per_gpu_hour
+    )
+    ctx.results["predicted_fix"] = pred
+    return remedy_view.predicted_fix_section(pred.as_dict(), pred.summary())
+
+
 @section("postmortem", "Findings")
 def findings(ctx: Context) -> Section:
     from perfkit.report.postmortem import build
@@ -234,6 +267,7 @@ def findings(ctx: Context) -> Section:
         gpu_summary=gpu_res.summary() if gpu_res else None,
         cost_summary=cost_res.summary() if cost_res else None,
         restarts=[r.as_dict() for r in getattr(ctx.results.get("completeness"), "restarts", [])],
+        predicted_fix=pred.summary() if (pred := ctx.results.get("predicted_fix")) is not None else None,
     )
     return show.findings_section(model)
 
