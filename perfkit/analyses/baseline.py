@@ -182,7 +182,26 @@ def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict
         "kv_cache_usage_max": S.gauge_stat(engine, "kv_cache_usage", window, "max", queries, combine="max"),
     }
     _littles_law(engine, window, queries, rates)
+    rates.update(_speculation(engine, window, queries))
     return qs, rates, firsts
+
+
+def _speculation(engine, window: Window, queries: list[str]) -> dict[str, float]:
+    """Speculative decoding over the window, where the engine drafts (vLLM's ``spec_decode`` counters;
+    nothing otherwise): the share of draft tokens accepted (``rate(accepted) / rate(draft tokens)``,
+    the PromQL vllm/v1/spec_decode/metrics.py documents), draft tokens per draft (k, the configured
+    ``num_speculative_tokens``) and tokens emitted per verification step (1 + accepted per draft: the
+    mean acceptance length, bonus token included, as vLLM logs it)."""
+    drafted = S.counter_rate(engine, "spec_draft_tokens", window, queries)
+    accepted = S.counter_rate(engine, "spec_accepted_tokens", window, queries)
+    if not drafted or accepted is None:
+        return {}
+    out = {"spec_acceptance_rate": accepted / drafted}
+    drafts = S.counter_rate(engine, "spec_drafts", window, queries)
+    if drafts:
+        out["spec_tokens_per_draft"] = drafted / drafts
+        out["spec_accept_length"] = 1.0 + accepted / drafts
+    return out
 
 
 LITTLE = (
@@ -263,6 +282,9 @@ def compare(engine, window: Window, baseline: Window | None, slo: dict[str, floa
         "kv_cache_usage_avg": "frac",
         "kv_cache_usage_max": "frac",
         "prefix_cache_hit_frac": "frac",
+        "spec_acceptance_rate": "frac",
+        "spec_tokens_per_draft": "tokens",
+        "spec_accept_length": "tokens",
     }
     for name, value in inc_r.items():
         rows.append(Row(name, units[name], base_r.get(name), value))

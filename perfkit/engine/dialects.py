@@ -100,6 +100,11 @@ VLLM = Dialect(
         "preemptions": ("vllm:num_preemptions_total",),
         "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
         "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+        # speculative decoding, only with a speculative config (vllm/v1/spec_decode/metrics.py; V0 had
+        # the two token counters under the same names and no drafts counter)
+        "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
+        "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+        "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
     },
     info=("vllm:cache_config_info",),
 )

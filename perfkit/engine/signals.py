@@ -72,6 +72,9 @@ _SERVING_COUNTERS = (
     "preemptions",
     "prefix_cache_queries",
     "prefix_cache_hits",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted_tokens",
 )
 COUNTERS: dict[str, tuple[str, ...]] = {
     **{s: dialects.names("counters", s) for s in _SERVING_COUNTERS},

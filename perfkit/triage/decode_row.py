@@ -9,6 +9,7 @@ reported beside the verdict (no verdict hangs on it).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from perfkit.analyses.roofline import SERVING_RATES, describe, lookup, serving_roofline
@@ -78,6 +79,54 @@ def verify_tpot(ev: Evidence) -> Verification:
     return out
 
 
+@dataclass(frozen=True)
+class _Speculation:
+    """Speculative decoding's acceptance in both windows (:func:`perfkit.analyses.baseline.side_numbers`)."""
+
+    numbers: dict[str, Any]
+    fell: Test  # the drop in tokens per step alone slows a token as much as the row's own cut
+    text: str
+    k: float | None
+
+
+def _speculation(ev: Evidence) -> _Speculation | None:
+    """Tokens a verification step emits, 1 + accepted draft tokens per draft: at the same step time a
+    token takes 1/that, so the baseline's over the incident's is the TPOT ratio acceptance alone
+    explains. None where the engine does not draft (no ``spec_decode`` counters in both windows)."""
+    rate = {s: ev.rate(s, "spec_acceptance_rate") for s in ("baseline", "incident")}
+    if None in rate.values():
+        return None
+    length = {s: ev.rate(s, "spec_accept_length") for s in ("baseline", "incident")}
+    k = ev.rate("incident", "spec_tokens_per_draft")
+    lb, li = length["baseline"], length["incident"]
+    expected = lb / li if lb is not None and li else None
+    numbers = {
+        "acceptance_rate": {s: _r(v, 4) for s, v in rate.items()},
+        "accept_length": {s: _r(v, 3) for s, v in length.items()},
+        "tokens_per_draft": _r(k, 3),
+        "expected_tpot_ratio": _r(expected, 4),
+    }
+    moved = f"{100 * rate['baseline']:.0f}% to {100 * rate['incident']:.0f}%"  # type: ignore[operator]
+    if expected is None:
+        return _Speculation(
+            numbers,
+            Test(False),
+            f"speculative decoding's draft acceptance went from {moved} (no drafts counter: the "
+            "tokens per step, and so what acceptance alone explains, are unknown)",
+            k,
+        )
+    fell = at_least(expected, "TPOT_MEDIAN_RATIO")
+    steps = f"mean acceptance length {lb:.2f} to {li:.2f} tokens a step"
+    verb = "fell" if fell else "held"
+    return _Speculation(
+        numbers,
+        fell,
+        f"speculative decoding's draft acceptance {verb} ({moved}, {steps}; that alone makes a token "
+        f"{expected:.2f}x as long)",
+        k,
+    )
+
+
 def _verify_tpot(ev: Evidence) -> Verification:
     tok = ev.per_token()
     p50 = ev.ratio(tok, 0.5)
@@ -98,6 +147,22 @@ def _verify_tpot(ev: Evidence) -> Verification:
     }
     if p50 is None or load is None:
         return Verification("inconclusive", "need TPOT and request rate in both windows", numbers)
+    slower = at_least(p50, "TPOT_MEDIAN_RATIO")
+    spec = _speculation(ev)
+    if spec is not None:
+        numbers["spec_decode"] = spec.numbers
+        if slower and spec.fell:
+            return Verification(
+                "confirmed",
+                f"the median token takes {p50:.2f}x as long and {spec.text}: fewer tokens come out of "
+                "each verification step, so each takes longer however fast the step runs. Revert what "
+                "changed the drafts' agreement (a draft-model swap, a sampling change such as a higher "
+                "temperature, a new prompt mix), or lower num_speculative_tokens"
+                f"{f' (now {spec.k:.0f})' if spec.k else ''} or turn speculation off for that traffic "
+                "while acceptance stays low",
+                numbers,
+                cuts_of(slower, spec.fell),
+            )
     more_load = at_least(load, "LOAD_RATIO")
     if more_load:
         return Verification(
@@ -108,7 +173,6 @@ def _verify_tpot(ev: Evidence) -> Verification:
             numbers,
             cuts_of(more_load),
         )
-    slower = at_least(p50, "TPOT_MEDIAN_RATIO")
     prompt = ev.rate_ratio("prompt_tokens_per_s")
     numbers["prompt_tokens_ratio"] = _r(prompt)
     more_prefill = at_least(prompt, "PROMPT_LOAD_RATIO") if prompt is not None else Test(False)
@@ -122,11 +186,12 @@ def _verify_tpot(ev: Evidence) -> Verification:
             cuts_of(negate(more_load), slower, more_prefill),
         )
     if slower:
+        held = f"; {spec.text}: not the cause" if spec is not None else ""
         return Verification(
             "confirmed",
             f"at the same offered load ({load:.2f}x) the median token takes "
             f"{p50:.2f}x as long; the batch grew {batch or 0:.2f}x only because requests stay "
-            "longer (Little's law)",
+            f"longer (Little's law){held}",
             numbers,
             cuts_of(negate(more_load), slower, negate(more_prefill)),
         )

@@ -213,3 +213,16 @@ def test_triton_gauges_by_label_and_microsecond_counters_in_seconds():
     assert S.window_mean(engine, "queue", window) == pytest.approx(0.25)
     assert S.window_mean(engine, "e2e", window) == pytest.approx(2.0)
     assert not S.resolve(engine, "ttft").found and "TTFT" in (dialects.lacks("triton", "ttft") or "")
+
+
+def test_speculative_decoding_counters_are_vllms_own_names():
+    """The catalogue's spec_decode names are the counters vllm/v1/spec_decode/metrics.py declares
+    (recorded in vllm_spec_decode_names.md), each as it appears on the wire."""
+    table = (DATA / "vllm_spec_decode_names.md").read_text(encoding="utf-8")
+    wire = set(re.findall(r"^\| (vllm:spec_decode_\w+) \| counter \|", table, re.MULTILINE))
+    ours = {
+        n
+        for sig in ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens")
+        for n in dialects.VLLM.counters[sig]
+    }
+    assert ours and ours <= wire

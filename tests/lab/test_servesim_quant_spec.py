@@ -110,3 +110,35 @@ def test_speculative_settings_are_bounded():
         cfg(num_speculative_tokens=64)
     with pytest.raises(ConfigError, match="spec_acceptance_rate"):
         cfg(spec_acceptance_rate=1.5)
+
+
+def test_the_live_exposition_counts_drafts_as_vllm_does():
+    """vLLM's three spec_decode counters (vllm/v1/spec_decode/metrics.py), only with speculation on:
+    accepted / draft tokens is the per-token acceptance's expected run over k, as vLLM's rejection
+    sampler keeps drafts up to the first rejection."""
+    from perfkit.lab.servesim.core import EngineCore
+    from perfkit.lab.servesim.metrics import EngineMetrics, Exposition
+
+    def exposed(c) -> dict[str, float]:
+        core, m = EngineCore(c, seed=5), EngineMetrics(c, "v1")
+        for i in range(16):
+            core.add(f"r{i}", 100, 300, 0.0)
+            m.admitted(f"r{i}", 0.0, 100, 300)
+        while core.requests:
+            m.step(core.step(0.0))
+        out = Exposition()
+        m.exposition(out)
+        return {
+            ln.split("{")[0]: float(ln.rsplit(" ", 1)[1])
+            for ln in out.text().splitlines()
+            if ln.startswith("vllm:spec_decode")
+        }
+
+    assert exposed(cfg()) == {}
+    k, a = 3, 0.7
+    got = exposed(cfg(num_speculative_tokens=k, spec_acceptance_rate=a))
+    drafts = got["vllm:spec_decode_num_drafts_total"]
+    assert got["vllm:spec_decode_num_draft_tokens_total"] == k * drafts
+    assert got["vllm:spec_decode_num_accepted_tokens_total"] / drafts == pytest.approx(
+        a + a**2 + a**3, rel=0.05
+    )

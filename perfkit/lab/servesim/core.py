@@ -95,6 +95,8 @@ class StepResult:
     generation_tokens: int = 0  # tokens that came out this step
     work: StepWork = field(default_factory=StepWork)
     dropped: list[tuple[str, str]] = field(default_factory=list)  # (rid, why): can never fit, dropped
+    spec_drafts: int = 0  # speculative decoding: drafts verified this step (one per decoding sequence)
+    spec_accepted: int = 0  # their draft tokens accepted (before a request's max_tokens cut them)
 
 
 class _Req:
@@ -259,6 +261,7 @@ class EngineCore:
         bs = self.cfg.block_size
         spec, accept, rng = self.cfg.num_speculative_tokens, self.cfg.spec_acceptance_rate, self.rng
         done = False
+        drafts = accepted = 0
         for req, n in sched:
             req.computed += n
             if caching and req.registered < len(req.keys):
@@ -275,6 +278,8 @@ class EngineCore:
                 if spec:  # the drafts accepted before the first rejected one come out with it
                     while new <= spec and rng.random() < accept:
                         new += 1
+                    drafts += 1
+                    accepted += new - 1
                     new = min(new, req.max_tokens - req.outputs)
                     req.computed += new - 1
             req.outputs += new
@@ -304,9 +309,11 @@ class EngineCore:
         self.totals["steps"] += 1
         self.totals["prompt_tokens"] += prompt_out
         self.totals["generation_tokens"] += generated
-        return self._result(
+        res = self._result(
             now, duration, outputs, finished, itl, work, preemptions, queries, hits, prompt_out, generated
         )
+        res.spec_drafts, res.spec_accepted = drafts, accepted
+        return res
 
     def _result(self, now: float, duration: float, outputs: list[Output], finished: list[Finished],
                 itl: list[float], work: StepWork, preemptions: int, queries: int, hits: int,

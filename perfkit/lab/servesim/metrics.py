@@ -160,6 +160,13 @@ _COUNTERS = {
     "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
 }
 
+#: vllm/v1/spec_decode/metrics.py (SpecDecodingProm): name → help
+_SPEC_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "Number of spec decoding drafts.",
+    "vllm:spec_decode_num_draft_tokens": "Number of draft tokens.",
+    "vllm:spec_decode_num_accepted_tokens": "Number of accepted tokens.",
+}
+
 
 class EngineMetrics:
     """vLLM's series, fed with the engine's steps: ``admitted`` each request, ``step`` each result."""
@@ -172,6 +179,8 @@ class EngineMetrics:
             for name, (_, bounds) in _HISTOGRAMS.items()
         }
         self.counters = dict.fromkeys(_COUNTERS, 0.0)
+        # vLLM creates its speculative-decoding counters only with a speculative config
+        self.spec = dict.fromkeys(_SPEC_COUNTERS, 0.0) if cfg.num_speculative_tokens else {}
         self.success = dict.fromkeys(FINISH_REASONS, 0)
         self.running = self.waiting = 0
         self.kv_usage = 0.0
@@ -214,6 +223,13 @@ class EngineMetrics:
         counters["vllm:num_preemptions"] += res.preemptions  # a live reconfigure's too (StepResult)
         counters["vllm:prefix_cache_queries"] += res.prefix_queries
         counters["vllm:prefix_cache_hits"] += res.prefix_hits
+        if self.spec and res.spec_drafts:
+            for name, n in zip(
+                _SPEC_COUNTERS,
+                (res.spec_drafts, res.spec_drafts * self.cfg.num_speculative_tokens, res.spec_accepted),
+                strict=True,
+            ):
+                self.spec[name] += n
         if res.prefix_queries:
             self.recent_prefix.append((res.prefix_queries, res.prefix_hits))
         if res.prefill_tokens or res.decode_seqs:
@@ -270,6 +286,8 @@ class EngineMetrics:
             out.value(name, "gauge", help_, labels, value)
         for name, help_ in _COUNTERS.items():  # prometheus_client names a counter's family with _total
             out.value(f"{name}_total", "counter", help_, labels, self.counters[name])
+        for name, value in self.spec.items():
+            out.value(f"{name}_total", "counter", _SPEC_COUNTERS[name], labels, value)
         success = [
             f'vllm:request_success_total{{{labels},finished_reason="{why}"}} {float(n)!r}'
             for why, n in self.success.items()

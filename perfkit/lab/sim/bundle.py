@@ -14,8 +14,9 @@ import yaml
 
 from perfkit.core.frames import iso
 from perfkit.lab.sim.engine import Engine
-from perfkit.lab.sim.exporters import Recorder, Series
+from perfkit.lab.sim.exporters import Recorder
 from perfkit.lab.sim.model import ScenarioSpec
+from perfkit.lab.sim.series import Series
 
 #: which exporter (and so which metrics/<target>.om file) a family comes from
 TARGET_OF = {

@@ -67,6 +67,17 @@ class Engine:
         self.rec = recorder
         self.rng = rng
 
+    def _accepted(self, idx: np.ndarray, cfg: EngineConfig, room: np.ndarray) -> np.ndarray | int:
+        """Draft tokens each decoding sequence gets accepted this step (0 without speculative
+        decoding): leading successes of ``spec_tokens`` draws at ``spec_acceptance``, as vLLM's
+        rejection sampler keeps the drafts up to the first rejected one; at most ``room`` emitted."""
+        if not cfg.spec_tokens:
+            return 0
+        k = cfg.spec_tokens
+        accepted = np.cumprod(self.rng.random((idx.size, k)) < cfg.spec_acceptance, axis=1).sum(axis=1)
+        self.rec.spec_decode(int(idx.size), int(idx.size * k), int(accepted.sum()))
+        return np.minimum(accepted, np.maximum(room, 0))
+
     def run(self) -> None:
         spec = self.spec
         reqs = draw_requests(spec, self.rng)
@@ -166,6 +177,11 @@ class Engine:
                 + len(decoding) * cfg.decode_s_per_seq
                 + ctx_tokens * cfg.kv_read_s_per_token
             )
+            if cfg.spec_tokens and decoding:
+                k, n_dec = cfg.spec_tokens, len(decoding)
+                step += n_dec * k * cfg.prefill_s_per_token + k * (
+                    cfg.draft_overhead_s + n_dec * cfg.draft_s_per_seq
+                )
             step *= 1.0 + 0.03 * self.rng.standard_normal()
             step = max(step, 0.002)
             end = now + step
@@ -175,8 +191,8 @@ class Engine:
             if decoding:
                 idx = np.asarray(decoding)
                 itl = end - last_tok[idx]
-                self.rec.itl(itl)
-                generated[idx] += 1
+                self.rec.itl(itl)  # vLLM observes one interval per sequence per step, however many tokens
+                generated[idx] += 1 + self._accepted(idx, cfg, reqs.output[idx] - generated[idx] - 1)
                 last_tok[idx] = end
                 for r in decoding:
                     if generated[r] >= reqs.output[r]:

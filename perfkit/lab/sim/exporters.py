@@ -15,63 +15,26 @@ Prometheus spreads scrapes; samples carry the scrape time.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from perfkit.lab.sim import dialects
 from perfkit.lab.sim.dialects import ITL_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, TTFT_BUCKETS
 from perfkit.lab.sim.model import EngineConfig, Release, ScenarioSpec
+from perfkit.lab.sim.series import Histogram, SeriesSet
+
+#: vLLM V1's speculative-decoding counters (``_total`` appended on the wire)
+SPEC_COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
 
 
-class Histogram:
-    def __init__(self, bounds: list[float]) -> None:
-        self.bounds = np.asarray(bounds, dtype=np.float64)
-        self.counts = np.zeros(len(bounds) + 1, dtype=np.int64)
-        self.total = 0.0
-
-    def observe(self, values) -> None:
-        values = np.atleast_1d(np.asarray(values, dtype=np.float64))
-        idx = np.searchsorted(self.bounds, values, side="left")  # first bound >= value
-        self.counts += np.bincount(idx, minlength=self.counts.size)
-        self.total += float(values.sum())
-
-    def reset(self) -> None:
-        self.counts[:] = 0
-        self.total = 0.0
-
-
-@dataclass
-class Series:
-    family: str
-    kind: str  # counter | gauge | histogram
-    help: str
-    points: dict[tuple[str, *tuple[tuple[str, str], ...]], list[tuple[float, str]]] = field(
-        default_factory=lambda: defaultdict(list)
+def _speculates(spec: ScenarioSpec) -> bool:
+    return spec.dialect == "vllm" and (
+        spec.engine.spec_tokens > 0 or any(r.engine_changes.get("spec_tokens") for r in spec.releases)
     )
-
-
-class SeriesSet(dict[str, Series]):
-    """Every family a simulated exporter emits, by family name; ``put`` records one sample."""
-
-    def put(
-        self, name: str, kind: str, help_: str, sample: str, labels: dict[str, str], ts: float, v
-    ) -> None:
-        series = self.get(name)
-        if series is None:
-            series = self[name] = Series(name, kind, help_)
-        series.points[(sample, *sorted(labels.items()))].append((ts, fmt(v)))
-
-
-def fmt(v: float) -> str:
-    if isinstance(v, int | np.integer):
-        return str(int(v))
-    if math.isnan(v):
-        return "NaN"
-    if v == int(v) and abs(v) < 1e15:
-        return str(int(v))
-    return f"{v:.6g}"
 
 
 def _torch_oom(running: int) -> str:
@@ -118,6 +81,11 @@ class Recorder:
             self.prefix_queries: 0.0,
             self.prefix_hits: 0.0,
         }
+        if _speculates(
+            spec
+        ):  # vLLM creates these only with a speculative config (vllm/v1/spec_decode/metrics.py)
+            self.counters.update(dict.fromkeys(SPEC_COUNTERS, 0.0))
+        self.spec_since = [0, 0, 0]  # drafts, draft tokens, accepted tokens since the last stats line
         self.success = {"stop": 0.0, "length": 0.0, "abort": 0.0}
         self.out = SeriesSet()
         self.logs: list[tuple[float, str]] = []
@@ -164,6 +132,13 @@ class Recorder:
 
     def itl(self, values: np.ndarray) -> None:
         self.hist[self.itl_name].observe(values)
+
+    def spec_decode(self, drafts: int, draft_tokens: int, accepted: int) -> None:
+        """One step's speculative decoding: drafts proposed, their tokens, the tokens accepted."""
+        for i, (name, n) in enumerate(zip(SPEC_COUNTERS, (drafts, draft_tokens, accepted), strict=True)):
+            if name in self.counters:
+                self.counters[name] += n
+            self.spec_since[i] += n
 
     def first_token(self, r: int, ttft: float) -> None:
         self.hist["vllm:time_to_first_token_seconds"].observe(ttft)
@@ -514,6 +489,18 @@ class Recorder:
                 f"Waiting: {waiting} reqs, GPU KV cache usage: {100 * kv:.1f}%, "
                 f"Prefix cache hit rate: {100 * self.stats_hits / self.stats_queries if self.stats_queries else 0:.1f}%",
             )
+            drafts, drafted, accepted = self.spec_since
+            if drafts:  # SpecDecodingLogging.log (vllm/v1/spec_decode/metrics.py, 0.10.1), per-position rates left out
+                self._log(
+                    t,
+                    "INFO",
+                    "metrics.py:96",
+                    f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, "
+                    f"Accepted throughput: {accepted / dt:.2f} tokens/s, Drafted throughput: {drafted / dt:.2f} "
+                    f"tokens/s, Accepted: {accepted} tokens, Drafted: {drafted} tokens, "
+                    f"Avg Draft acceptance rate: {100 * accepted / drafted:.1f}%",
+                )
+        self.spec_since = [0, 0, 0]
         self.stats_prompt = self.stats_gen = 0.0
         self.stats_queries = self.stats_hits = 0.0
 
@@ -553,12 +540,19 @@ class Recorder:
         }
         if cfg.chunked_prefill and cfg.long_prefill_token_threshold:
             args["long_prefill_token_threshold"] = cfg.long_prefill_token_threshold
+        speculative = "None"
+        if cfg.spec_tokens:
+            draft = f"{spec.model}-draft"
+            args["speculative_config"] = {"model": draft, "num_speculative_tokens": cfg.spec_tokens}
+            speculative = (
+                f"SpeculativeConfig(method='draft_model', model='{draft}', num_spec_tokens={cfg.spec_tokens})"
+            )
         self._log(t, "INFO", "utils.py:326", f"non-default args: {args}")
         notice = f"Chunked prefill is enabled with max_num_batched_tokens={tokens}."
         if cfg.chunked_prefill:
             self._log(t, "INFO", "scheduler.py:222", notice)
         text = (  # vLLM 0.10.1's VllmConfig.__str__, compilation_config abridged (docs/formats.md)
-            f"Initializing a V1 LLM engine (v{spec.vllm_version}) with config: model='{spec.model}', speculative_config=None, tokenizer='{spec.model}', skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, override_neuron_config={{}}, tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, max_seq_len={cfg.max_prefill_tokens}, download_dir=None, load_format=auto, tensor_parallel_size={spec.gpu_count}, pipeline_parallel_size=1, disable_custom_all_reduce=False, quantization=None, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, decoding_config=DecodingConfig(backend='auto', disable_fallback=False, disable_any_whitespace=False, disable_additional_properties=False, reasoning_backend=''), observability_config=ObservabilityConfig(show_hidden_metrics_for_version=None, otlp_traces_endpoint=None, collect_detailed_traces=None), seed=0, served_model_name={spec.model}, "
+            f"Initializing a V1 LLM engine (v{spec.vllm_version}) with config: model='{spec.model}', speculative_config={speculative}, tokenizer='{spec.model}', skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, override_neuron_config={{}}, tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, max_seq_len={cfg.max_prefill_tokens}, download_dir=None, load_format=auto, tensor_parallel_size={spec.gpu_count}, pipeline_parallel_size=1, disable_custom_all_reduce=False, quantization=None, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, decoding_config=DecodingConfig(backend='auto', disable_fallback=False, disable_any_whitespace=False, disable_additional_properties=False, reasoning_backend=''), observability_config=ObservabilityConfig(show_hidden_metrics_for_version=None, otlp_traces_endpoint=None, collect_detailed_traces=None), seed=0, served_model_name={spec.model}, "
             f'enable_prefix_caching={cfg.prefix_cache_hit_frac > 0}, chunked_prefill_enabled={cfg.chunked_prefill}, use_async_output_proc=True, pooler_config=None, compilation_config={{"level":3,"use_inductor":true,"use_cudagraph":true,"max_capture_size":512}}'
         )
         self._log(t, "INFO", "core.py:74", text, process="EngineCore_0")

@@ -13,6 +13,8 @@ The step-time model (one engine iteration, seconds)::
            + prefill_tokens  * prefill_s_per_token        # compute-bound prefill
            + decode_seqs     * decode_s_per_seq           # per-sequence decode work
            + context_tokens  * kv_read_s_per_token        # memory-bound KV reads
+           [+ decode_seqs * spec_tokens * prefill_s_per_token   # verifying the draft tokens
+            + spec_tokens * (draft_overhead_s + decode_seqs * draft_s_per_seq)]  # drafting them
 
 Without chunked prefill (vLLM V0's default, ``--no-enable-chunked-prefill``) a step is either a
 prefill of newly admitted prompts (running decodes wait: the interference of the seed's §5.3
@@ -65,6 +67,14 @@ class EngineConfig:
     kv_read_s_per_token: float = 2.0e-8
     prefix_cache_hit_frac: float = 0.0  # share of each prompt found in the prefix cache (no compute needed)
     sm_clock_mhz: float = 1980.0  # what DCGM reports while busy (a throttled GPU runs slower clocks)
+    # speculative decoding (vLLM --speculative-config): each decode step drafts ``spec_tokens`` per
+    # sequence, each accepted with probability ``spec_acceptance`` up to the first rejection, and the
+    # target verifies them in the same step (their k positions cost like k prompt tokens); the draft
+    # model runs k forwards of ``draft_overhead_s`` + ``draft_s_per_seq`` per sequence. 0: off.
+    spec_tokens: int = 0
+    spec_acceptance: float = 0.0
+    draft_overhead_s: float = 0.0
+    draft_s_per_seq: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from perfkit.lab.sim.exporters import SeriesSet
+from perfkit.lab.sim.series import SeriesSet
 from perfkit.lab.sim.training_engine import WARM_STEPS, Proc, TrainingRun
 from perfkit.lab.sim.training_physics import MIB
 from perfkit.sources.train_exporter import METRICS as TRAIN_METRICS
