@@ -6,17 +6,20 @@ window shows a third of its size), so the rows judge the span from the onset to 
 
 The onset is the earliest *degrading* level shift (a latency quantile up, the step time up, the
 token rate down: :mod:`perfkit.analyses.release` finds them over baseline → window) that starts
-inside the window, or else the first sustained SLO breach. With neither, or when the onset is at
+inside the window and is still there at its end (a shift the same series took back by half or more
+before degrading again, such as a minute's p95 spike, is an episode that ended; only when every
+shift ended does the earliest count), or else the first sustained SLO breach. With neither, or when the onset is at
 the window's start anyway, the whole window is judged, and the result says so.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from perfkit.analyses.release import ReleaseCorrelation
+from perfkit.analyses.release import PERSIST_SHARE, ReleaseCorrelation, Shift
 from perfkit.core.frames import Window, iso
 
 MIN_LEAD_FRAC = 0.25
@@ -72,8 +75,15 @@ def find_onset(
         (s for s in rel.shifts if s.degrading and since <= s.ts <= window.end), key=lambda s: s.ts
     )
     if shifts:
-        first = shifts[0]
+        # An episode the same series took back inside the window (a minute's p95 spike and its fall)
+        # is over: the incident is the degradation still there at the window's end. With none left,
+        # the earliest shift is the onset as before.
+        lasting = [s for s in shifts if _lasting(rel.shifts, s, window.end)]
+        first = (lasting or shifts)[0]
         why = f"{first.series} shifted {first.rel_change:+.0%} at {iso(first.ts)}"
+        if first is not shifts[0]:
+            over = shifts[0]
+            why += f" (the {over.series} shift of {over.rel_change:+.0%} at {iso(over.ts)} was taken back inside the window)"
         return _span(window, first.ts, why, lead, latest)
     for key, name in SLO_SERIES.items():
         bound = (slo or {}).get(key)
@@ -99,6 +109,20 @@ def find_onset(
         None,
         "no clear onset in the window (no level shift, no SLO breach): judged the whole window",
     )
+
+
+def _lasting(every: list[Shift], shift: Shift, end: datetime) -> bool:
+    """At least half of ``shift`` (:data:`~perfkit.analyses.release.PERSIST_SHARE`, on a log scale)
+    is still there after the same series' later shifts up to its next degrading one or ``end``."""
+    size = math.log1p(shift.rel_change)
+    level = size
+    for x in sorted(every, key=lambda x: x.ts):
+        if x.series != shift.series or x.ts <= shift.ts or x.ts > end:
+            continue
+        if x.degrading:
+            break
+        level += math.log1p(x.rel_change)
+    return level / size >= PERSIST_SHARE if size else True
 
 
 def _span(window: Window, ts: datetime, why: str, lead: float, latest: datetime) -> Onset:

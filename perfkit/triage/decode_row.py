@@ -176,6 +176,23 @@ def _verify_tpot(ev: Evidence) -> Verification:
     prompt = ev.rate_ratio("prompt_tokens_per_s")
     numbers["prompt_tokens_ratio"] = _r(prompt)
     more_prefill = at_least(prompt, "PROMPT_LOAD_RATIO") if prompt is not None else Test(False)
+    # More work in each step (requests, generated or prompt tokens per second) lengthens a token at
+    # most in proportion; a token slower than that per unit of offered work is the same work run slower.
+    work = max(x for x in (load, prompt) if x is not None)
+    per_work = p50 / work
+    numbers["tpot_per_offered_work_ratio"] = _r(per_work)
+    beyond = at_least(per_work, "TPOT_MEDIAN_RATIO")
+    if slower and beyond:
+        held = f"; {spec.text}: not the cause" if spec is not None else ""
+        return Verification(
+            "confirmed",
+            f"the median token takes {p50:.2f}x as long while the offered work rose at most {work:.2f}x "
+            f"(requests, generated and prompt tokens per second): {per_work:.2f}x per unit of work, more "
+            "than a bigger batch or more prefill in the steps can explain; the same work runs slower"
+            f"{held}",
+            numbers,
+            cuts_of(negate(more_load), slower, beyond),
+        )
     if slower and more_prefill:
         return Verification(
             "inconclusive",

@@ -9,13 +9,15 @@ friends), so each Detection and Verification carries the cuts its outcome hung o
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import Any
 
 from perfkit.analyses.memory import MIB, inference_memory
 from perfkit.analyses.memory_peak import states_vs_peak
-from perfkit.analyses.release import Shift, is_tail, tail_views
+from perfkit.analyses.release import ReleaseCorrelation, Shift, is_tail, tail_views
 from perfkit.analyses.roofline import SERVING_RATES, lookup, mean_context
 from perfkit.analyses.stages import PREFILL_STAND_IN
+from perfkit.core.frames import utc
 from perfkit.engine import dialects
 from perfkit.errors import ConfigError
 from perfkit.triage import thresholds as T
@@ -406,6 +408,24 @@ def detect_deploy(ev: Evidence) -> Detection:
     )
 
 
+def _near_blamed(rel: ReleaseCorrelation, suspect: dict[str, Any], x: Shift) -> bool:
+    """``x`` starts at the suspect deploy, or from one step before it to the alignment tolerance
+    (:data:`~perfkit.analyses.release.ALIGN_AFTER_STEPS` steps, at least ``ALIGN_MIN_S``) after the
+    last shift the deploy is blamed for."""
+    if x.aligned_event and x.aligned_event["ts"] == suspect["ts"]:
+        return True
+    blamed = [
+        y.ts
+        for y in rel.shifts
+        if y.aligned_event and y.aligned_event["ts"] == suspect["ts"] and y.series in suspect["series"]
+    ]
+    if not blamed:
+        return False
+    tolerance = max(T.ALIGN_AFTER_STEPS * rel.step_s, T.ALIGN_MIN_S)
+    start = utc(suspect["ts"]) - timedelta(seconds=T.ALIGN_BEFORE_STEPS * rel.step_s)
+    return start <= x.ts <= max(blamed) + timedelta(seconds=tolerance)
+
+
 def verify_deploy(ev: Evidence) -> Verification:
     rel = ev.release
     s = rel.suspect
@@ -416,11 +436,13 @@ def verify_deploy(ev: Evidence) -> Verification:
     }
     if s is None:
         return Verification("ruled_out", "no shift starts at any deploy", numbers)
-    # A traffic change at the same minute muddies the blame.
+    # A traffic change at the same minute muddies the blame: a request-rate shift from the deploy to
+    # the alignment tolerance after the last shift blamed on it (the rate's change point lags the
+    # latency's by the rate window and the rolling median, as a latency's lags the deploy)
     load_shifts = [
         (x, at_least(abs(x.rel_change), "LOAD_SHIFT_AT_DEPLOY"))
         for x in rel.shifts
-        if x.series == "requests/s" and x.aligned_event and x.aligned_event["ts"] == s["ts"]
+        if x.series == "requests/s" and _near_blamed(rel, s, x)
     ]
     load_shift = next(((x, t) for x, t in load_shifts if t), None)
     if load_shift:

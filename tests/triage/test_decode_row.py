@@ -59,3 +59,13 @@ def test_without_prompt_token_counters_a_slower_decode_still_confirms():
     )
     out = _verify_tpot(ev)
     assert out.verdict == "confirmed" and out.numbers["prompt_tokens_ratio"] is None
+
+
+def test_a_token_slower_per_unit_of_offered_work_is_the_same_work_run_slower():
+    """Issue 27: prompt tokens 1.16x and requests 1.11x explain at most 1.16x; a median token 2.08x as
+    long is 1.8x per unit of work (a throttled GPU at seed 1339400151): confirmed, not 'leading' on
+    how close the prompt ratio came to its own cut."""
+    out = _verify_tpot(evidence(2.08, 1.157, requests=1.113))
+    assert out.verdict == "confirmed", out.why
+    assert out.numbers["tpot_per_offered_work_ratio"] == pytest.approx(2.08 / 1.157, rel=1e-3)
+    assert "PROMPT_LOAD_RATIO" not in {c.name for c in out.cuts}
