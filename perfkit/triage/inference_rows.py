@@ -171,9 +171,15 @@ def verify_tail(ev: Evidence) -> Verification:
         )
     low, high = _fisher_band(it.correlation, it.minutes)
     numbers["corr_band_90"] = [_r(low), _r(high)]
-    saturated = any_of(
-        at_least(waiting, "QUEUED_AVG"), at_least(load, "LOAD_RATIO"), at_least(kv, "KV_FULL_FRAC")
-    )
+    # A nearly full KV cache stalls running decodes by preempting them; one that only holds new
+    # requests back shows as requests waiting. A peak with no preemption (a few long prompts at once)
+    # is not saturation, where the engine counts preemptions.
+    preempt = ev.rate("incident", "preemptions_per_s")
+    numbers["preemptions_per_s"] = _r(preempt, 4)
+    kv_full = at_least(kv, "KV_FULL_FRAC")
+    if preempt is not None:
+        kv_full = all_of(kv_full, at_least(preempt, "PREEMPTIONS_PER_S"))
+    saturated = any_of(at_least(waiting, "QUEUED_AVG"), at_least(load, "LOAD_RATIO"), kv_full)
     calm = negate(saturated)
     follows = at_least(it.correlation, "CORR_CONFIRM")
     if it.stall_threshold_s is None:
@@ -210,6 +216,8 @@ def verify_tail(ev: Evidence) -> Verification:
             )
             decided = all_of(calm, mechanism, negate(unrelated))
         why += f" while {calm_text(load, waiting, kv)}"
+        if at_least(kv, "KV_FULL_FRAC"):
+            why += " (its peak preempted nothing)"
         if ev.chunked_prefill is False:
             now = _chunked_now(ev)
             why += f"; the engine runs without chunked prefill ({now}). Fix: "
@@ -280,8 +288,13 @@ def verify_prefill(ev: Evidence) -> Verification:
             cuts_of(elsewhere),
         )
     hits = at_least(hit_drop, "PREFIX_HIT_DROP")
-    full = at_least(kv, "KV_FULL_FRAC")
     preempting = at_least(pre, "PREEMPTIONS_PER_S")
+    # A full cache lengthens prefill by preempting (the recompute) or evicting shared prefixes (the
+    # hit rate); a peak that did neither, where the engine counts both, slowed no prompt. Where
+    # either goes uncounted, the fill is the evidence there is.
+    full = at_least(kv, "KV_FULL_FRAC")
+    if pre is not None and hit_drop is not None:
+        full = all_of(full, preempting)
     pressure = any_of(hits, full, preempting)
     if pressure:
         reasons = []

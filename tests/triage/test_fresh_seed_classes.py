@@ -7,7 +7,9 @@ physical reason:
 * a throttled GPU at 1.16x prompt tokens per second was only "leading": the extra prefill work
   explains at most 1.16x, and the median token took 2.08x as long;
 * a surge two minutes after a deploy: the request rate's change point lagged the latency's by the
-  rate window, fell outside the deploy's alignment, and the deploy was blamed at rank 1.
+  rate window, fell outside the deploy's alignment, and the deploy was blamed at rank 1;
+* a KV cache's one-scrape peak of long prompts, which preempted nothing, read as saturation
+  (``--seed-base 1818701022``).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from perfkit.app.runner.embedded import base_specs
 from perfkit.engine.local import LocalEngine
 from perfkit.lab.sim.variants import write_variant
 from perfkit.sources.bundle import load_bundle
 from perfkit.triage.evidence import gather
-from perfkit.triage.table import run
+from perfkit.triage.table import run, triage_bundle
 
 
 def told(tmp_path_factory, scenario: str, variant: str, seed: int):
@@ -71,3 +74,46 @@ def test_a_surge_whose_rate_shift_lags_the_deploy_still_muddies_it(tmp_path_fact
     assert deploy.verification.verdict != "confirmed", deploy.verification.why
     assert "request rate moved" in deploy.verification.why
     assert result.confirmed()[0].row.direction == "scheduler_queueing"
+
+
+@pytest.mark.slow  # a shared fleet's two workloads: 20-70 s to simulate
+def test_a_kv_peak_that_preempted_nothing_does_not_hide_the_interference(tmp_path_factory):
+    """p95-prefill-interference on a shared fleet at seed 797430607: a few 26k-token prompts at once
+    took the workload's KV cache to 92 % for a scrape, with no preemption and under one request
+    waiting; read as saturation, it left the right row inconclusive and nothing confirmed."""
+    factory, _ = base_specs()["p95-prefill-interference"]
+    out = tmp_path_factory.mktemp("fleet") / "b"
+    write_variant("shared-fleet", replace(factory(), seed=797430607), out)
+    scope = yaml.safe_load((out / "answer.yaml").read_text())["scope"]
+    result = triage_bundle(out, scope=scope)
+    tail = row(result, "prefill_decode_interference")
+    assert tail.verification.numbers["kv_cache_usage_max"] >= 0.9  # the peak is there
+    assert tail.verification.numbers["preemptions_per_s"] == 0
+    assert tail.verification.verdict == "confirmed", tail.verification.why
+    assert result.confirmed()[0].row.direction == "prefill_decode_interference"
+    assert row(result, "kv_cache_allocation").verification.verdict != "confirmed"
+
+
+@pytest.mark.parametrize(
+    ("preemptions", "hits", "verdict"),
+    [
+        (0.0, 0.0, "inconclusive"),  # the seed 61997052 telling: a 95 % peak, nothing preempted or evicted
+        (0.05, 0.0, "confirmed"),  # a full cache that recomputes prompts
+        (None, 0.0, "confirmed"),  # an engine that counts no preemptions: the peak is all there is
+        (0.0, None, "confirmed"),  # no prefix-cache counters: an eviction would not show
+    ],
+)
+def test_a_full_kv_cache_slows_prefill_only_by_preempting_or_evicting(preemptions, hits, verdict):
+    from types import SimpleNamespace
+
+    from perfkit.triage.inference_rows import verify_prefill
+
+    rates = {("incident", "preemptions_per_s"): preemptions, ("baseline", "prefix_cache_hit_frac"): hits,
+             ("incident", "prefix_cache_hit_frac"): hits}  # fmt: skip
+    ev = SimpleNamespace(
+        share=lambda stage: {"prefill": 0.59, "queue": 0.1}[stage],
+        kv_max=lambda: 0.95,
+        rate=lambda side, name: rates.get((side, name)),
+    )
+    out = verify_prefill(ev)
+    assert out.verdict == verdict, out.why
