@@ -227,7 +227,9 @@ def run(ev: Evidence) -> TriageResult:
             if eff is not None and eff is not cause and eff.score > 0 and eff.explained_by is None:
                 eff.score *= T.EFFECT_DISCOUNT
                 eff.explained_by = cause.row.direction
-    results.sort(key=lambda r: (-r.score, _order(r.row)))
+    # A confirmed direction outranks any it was not (the verification checked it; a strong symptom
+    # whose verification stayed inconclusive is a suspicion), then by score
+    results.sort(key=lambda r: (r.verification.verdict != "confirmed", -r.score, _order(r.row)))
     judged = ev.onset.as_dict() if ev.onset else None
     window = ev.onset.window.as_dict() if ev.onset else ev.incident.window.as_dict()
     return TriageResult(

@@ -9,7 +9,8 @@ physical reason:
 * a surge two minutes after a deploy: the request rate's change point lagged the latency's by the
   rate window, fell outside the deploy's alignment, and the deploy was blamed at rank 1;
 * a KV cache's one-scrape peak of long prompts, which preempted nothing, read as saturation
-  (``--seed-base 1818701022``).
+  (``--seed-base 1818701022``);
+* a strong but unconfirmed suspicion ranked above the confirmed direction (``--seed-base 742315342``).
 """
 
 from __future__ import annotations
@@ -117,3 +118,14 @@ def test_a_full_kv_cache_slows_prefill_only_by_preempting_or_evicting(preemption
     )
     out = verify_prefill(ev)
     assert out.verdict == verdict, out.why
+
+
+def test_a_confirmed_direction_outranks_a_strong_suspicion(tmp_path_factory):
+    """tail-interference-batch-tenant, loose window, seed 391997412 (``--seed-base 742315342``): the
+    decoy deploy's TTFT p95 shift scored high but stayed inconclusive (a tail shift is what long
+    prompts do), and outranked the confirmed interference; the grade read rank 1 as unconfirmed."""
+    ev, result = told(tmp_path_factory, "tail-interference-batch-tenant", "loose-window", 391997412)
+    deploy, tail = row(result, "release_regression"), row(result, "prefill_decode_interference")
+    assert tail.verification.verdict == "confirmed", tail.verification.why
+    assert deploy.verification.verdict == "inconclusive" and deploy.score > tail.score  # the case
+    assert result.top is tail
