@@ -114,15 +114,20 @@ def find_onset(
 def _lasting(every: list[Shift], shift: Shift, end: datetime) -> bool:
     """At least half of ``shift`` (:data:`~perfkit.analyses.release.PERSIST_SHARE`, on a log scale)
     is still there after the same series' later shifts up to its next degrading one or ``end``."""
-    size = math.log1p(shift.rel_change)
+    size = _log_change(shift.rel_change)
     level = size
     for x in sorted(every, key=lambda x: x.ts):
         if x.series != shift.series or x.ts <= shift.ts or x.ts > end:
             continue
         if x.degrading:
             break
-        level += math.log1p(x.rel_change)
+        level += _log_change(x.rel_change)
     return level / size >= PERSIST_SHARE if size else True
+
+
+def _log_change(rel: float) -> float:
+    """log(after / before), a fall to nothing held at -log(1000) (a series at zero has no log)."""
+    return math.log1p(max(rel, -0.999))
 
 
 def _span(window: Window, ts: datetime, why: str, lead: float, latest: datetime) -> Onset:

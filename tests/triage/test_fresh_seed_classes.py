@@ -129,3 +129,24 @@ def test_a_confirmed_direction_outranks_a_strong_suspicion(tmp_path_factory):
     assert tail.verification.verdict == "confirmed", tail.verification.why
     assert deploy.verification.verdict == "inconclusive" and deploy.score > tail.score  # the case
     assert result.top is tail
+
+
+def test_an_episode_is_over_when_its_series_took_back_half_of_it():
+    from datetime import UTC, datetime, timedelta
+
+    from perfkit.analyses.onset import _lasting
+    from perfkit.analyses.release import Shift
+
+    t0 = datetime(2026, 11, 14, 15, 30, tzinfo=UTC)
+
+    def shift(minute: int, series: str, rel: float, degrading: bool) -> Shift:
+        return Shift(series, t0 + timedelta(minutes=minute), 1.0, 1.0 + rel, rel, degrading)
+
+    spike, back, throttle = shift(4, "ITL p95", 0.44, True), shift(37, "ITL p95", -0.35, False), shift(51, "ITL p95", 0.92, True)  # fmt: skip
+    end = t0 + timedelta(minutes=73)
+    assert not _lasting([spike, back, throttle], spike, end)  # the seed 717113935 telling
+    assert _lasting([spike, back, throttle], throttle, end)
+    small = shift(37, "ITL p95", -0.1, False)  # a quarter of it back: the degradation holds
+    assert _lasting([spike, small], spike, end)
+    crash = shift(10, "generated tokens/s", -1.0, True)  # to nothing, and it stays there
+    assert _lasting([crash], crash, end)
