@@ -61,8 +61,20 @@ MUTATIONS: list[Mutation] = [
         "perfkit/triage/thresholds.py",
         'VERDICT_WEIGHT = {"confirmed": 1.0, "inconclusive": 0.45, "ruled_out": 0.1}',
         'VERDICT_WEIGHT = {"confirmed": 0.1, "inconclusive": 0.45, "ruled_out": 1.0}',
-        ("tests/test_cli.py::test_triage_table_for_people",),
-        "a ruled-out direction that fired (decode, in a surge) would rank above the confirmed cause",
+        (
+            "tests/triage/test_coherence.py::test_no_two_statements_contradict[surge-overlapping-deploy]",
+            "tests/triage/test_coherence.py::test_no_two_statements_contradict[decode-slow-node-swap]",
+        ),
+        "a direction its verification ruled out (decode, in a surge) would rank above one left open "
+        "(the overlapping deploy)",
+    ),
+    M(
+        "rank-by-score-alone",
+        "perfkit/triage/table.py",
+        'results.sort(key=lambda r: (r.verification.verdict != "confirmed", -r.score, _order(r.row)))',
+        "results.sort(key=lambda r: (-r.score, _order(r.row)))",
+        ("tests/triage/test_fresh_seed_classes.py::test_a_confirmed_direction_outranks_a_strong_suspicion",),
+        "a deploy's strong but unverified shift would read rank 1 above the confirmed cause",
     ),
     M(
         "queueing-confirmed-on-either-sign",

@@ -3,7 +3,8 @@
 Three kinds of contradiction an engineer met in the demo and the drills:
 - a stage the per-stage breakdown says owns the tail, called normal in the confirmed cause's text;
 - evidence the bundle holds (logs, deploy events) reported as missing;
-- rows that cannot apply to the workload (training rows on a server) listed, or their gaps reported.
+- rows that cannot apply to the workload (training rows on a server) listed, or their gaps reported;
+- a ranking that puts a direction its verification ruled out above one it left open.
 """
 
 from __future__ import annotations
@@ -73,6 +74,15 @@ def test_no_two_statements_contradict(bundle):
         ]
     if _deploys(bundle):
         problems += [f"deploy events in events.csv but: {m}" for m in result.missing if "deploy" in m]
+
+    # the ranking agrees with the verdicts: confirmed directions first, and among the rows that fired
+    # and were not confirmed, none its verification ruled out above one it left open
+    order = [r.verification.verdict for r in result.results if r.detection.detected]
+    if "confirmed" in order and order.index("confirmed") != 0:
+        problems.append(f"rank 1 is {order[0]} while a direction is confirmed")
+    open_ = [v for v in order if v != "confirmed"]
+    if "inconclusive" in open_ and "ruled_out" in open_[: len(open_) - open_[::-1].index("inconclusive")]:
+        problems.append(f"a ruled-out direction ranks above an inconclusive one: {open_}")
 
     # a stage that owns the tail is not "normal" in a confirmed verdict's text
     if b.incident.baseline is not None and result.workload in ("serving", "mixed"):
