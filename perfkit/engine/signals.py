@@ -271,6 +271,25 @@ def window_buckets(
     return out
 
 
+def spans_quantile(engine: Engine, signal: str, q: float, windows: list[Window]) -> float | None:
+    """A histogram signal's ``q`` quantile over several windows taken together: their bucket increases
+    (:func:`window_buckets`) summed, then read as ``histogram_quantile`` reads one window's. None when
+    the engine has no histogram for ``signal`` or the windows hold no observation."""
+    import numpy as np
+
+    from perfkit.engine.local import bucket_quantile
+
+    total: dict[float, float] = {}
+    for w in windows:
+        for edge, n in (window_buckets(engine, signal, w) or {}).items():
+            total[edge] = total.get(edge, 0.0) + n
+    if len(total) < 2 or not math.isinf(max(total)):
+        return None
+    upper = np.array(sorted(total))
+    value = float(bucket_quantile(q, upper, np.array([[total[e] for e in upper]]))[0])
+    return value if math.isfinite(value) else None
+
+
 def first_bucket(
     engine: Engine, signal: str, window: Window, queries: list[str] | None = None
 ) -> FirstBucket | None:

@@ -63,6 +63,8 @@ class Evidence:
     history_given: bool = True
     #: the KV cache's peak outside the minutes after restarts in the window (None: no restart in it)
     kv_max_steady: float | None = None
+    #: the incident's TTFT median outside the minutes after restarts in the window (None: no restart)
+    ttft_p50_steady: float | None = None
     restarts: list[str] = field(default_factory=list)  # ISO times of restarts in the judged window
     #: the serving engine whose series answered (perfkit.engine.dialects: vllm, sglang, trtllm ...)
     serving_engine: str | None = None
@@ -98,6 +100,16 @@ class Evidence:
         """The KV cache's peak in the incident window, outside each restart's backlog
         (:data:`~perfkit.triage.thresholds.RESTART_BACKLOG_S`)."""
         return self.kv_max_steady if self.restarts else self.rate("incident", "kv_cache_usage_max")
+
+    def ttft_median_ratio(self) -> float | None:
+        """TTFT p50, incident over baseline, the incident's read outside each restart's backlog
+        (:data:`~perfkit.triage.thresholds.RESTART_BACKLOG_S`): a restarted server is handed every
+        request that arrived while it was down, and their queue raises the window's median while the
+        engine serves as before."""
+        base = self.q("baseline", "ttft", 0.5)
+        if not self.restarts or self.ttft_p50_steady is None or base is None or base <= 0:
+            return self.ratio("ttft", 0.5)
+        return self.ttft_p50_steady / base
 
     def per_token(self) -> str:
         """TPOT if the server exports it, else ITL (older vLLM)."""
@@ -408,16 +420,16 @@ def release_history_given(missing: Iterable[str]) -> bool:
     return not any(m.startswith(RELEASE_GAPS) for m in missing)
 
 
-def _kv_outside_backlogs(engine: S.Engine, window: Window) -> tuple[float | None, list[str]]:
-    """The KV cache's peak in ``window`` outside [restart, restart + RESTART_BACKLOG_S] of each
-    restart found in it, and the restarts' times ([]: none, the plain peak stands)."""
+def _outside_backlogs(engine: S.Engine, window: Window) -> tuple[list[Window], list[str]]:
+    """The spans of ``window`` outside [restart, restart + RESTART_BACKLOG_S] of each restart found in
+    it (at least a minute each), and the restarts' times ([], []: no restart, the whole window stands)."""
     from datetime import timedelta
 
     from perfkit.analyses.completeness import restarts
 
     found = sorted(utc(r.ts) for r in restarts(engine, window))
     if not found:
-        return None, []
+        return [], []
     spans, start = [], window.start
     for ts in found:
         if ts > start:
@@ -425,11 +437,19 @@ def _kv_outside_backlogs(engine: S.Engine, window: Window) -> tuple[float | None
         start = max(start, ts + timedelta(seconds=T.RESTART_BACKLOG_S))
     if start < window.end:
         spans.append(Window(start, window.end))
-    peaks = [
-        S.gauge_stat(engine, "kv_cache_usage", w, "max", combine="max") for w in spans if w.seconds >= 60
-    ]
+    return [w for w in spans if w.seconds >= 60], [iso(t) for t in found]
+
+
+def _steady(engine: S.Engine, window: Window) -> tuple[float | None, float | None, list[str]]:
+    """The KV cache's peak and the TTFT median outside each restart's backlog, and the restarts'
+    times (None, None, []: no restart in ``window``, the window's own values stand)."""
+    spans, found = _outside_backlogs(engine, window)
+    if not found:
+        return None, None, []
+    peaks = [S.gauge_stat(engine, "kv_cache_usage", w, "max", combine="max") for w in spans]
     values = [v for v in peaks if v is not None]
-    return (max(values) if values else None), [iso(t) for t in found]
+    ttft = S.spans_quantile(engine, "ttft", 0.5, spans) if spans else None
+    return (max(values) if values else None), ttft, found
 
 
 def gather(
@@ -458,7 +478,7 @@ def gather(
     missing = [*base.missing, *rel.missing]
     if inc.baseline is None:
         missing.append("triage: no baseline window; rows needing a comparison are inconclusive")
-    kv_steady, restart_times = _kv_outside_backlogs(engine, inc.window)
+    kv_steady, ttft_steady, restart_times = _steady(engine, inc.window)
     gpu, host = _gpu_host(engine, inc)
     if gpu.get("util_incident") is None:
         missing.append("gpu state: no DCGM metrics in window")
@@ -495,6 +515,7 @@ def gather(
         engine_config=config,
         history_given=history_given,
         kv_max_steady=kv_steady,
+        ttft_p50_steady=ttft_steady,
         restarts=restart_times,
         serving_engine=serving_engine(engine),
         engine_version=engine_version(logs),

@@ -110,6 +110,9 @@ class TailEvidence:
         b, i = self.q("baseline", signal, q), self.q("incident", signal, q)
         return None if b is None or i is None else i / b
 
+    def ttft_median_ratio(self) -> float | None:
+        return self.ratio("ttft", 0.5)  # no restart in the window
+
 
 def test_a_tail_under_2x_with_a_still_median_is_a_tail_divergence():
     """TTFT p95 1.92x the baseline (0.70 s → 1.34 s), median 1.10x, long prompts 0.6 %: the case the
