@@ -1,6 +1,7 @@
 """The inference-serving rows of the triage table (docs/bundle.md): tail-latency divergence,
-slow prefill, high TPOT, latency surge under load, a post-deploy shift and out-of-memory, each as a
-detector and a verification. :mod:`perfkit.triage.rows` puts them in :data:`~perfkit.triage.rows.ROWS`.
+slow prefill, latency surge under load and a post-deploy shift, each as a detector and a
+verification (high TPOT: :mod:`perfkit.triage.decode_row`; out-of-memory:
+:mod:`perfkit.triage.oom_row`). :mod:`perfkit.triage.rows` puts them in :data:`~perfkit.triage.rows.ROWS`.
 
 Every comparison with a threshold goes through :mod:`perfkit.triage.row_types` (``at_least`` and
 friends), so each Detection and Verification carries the cuts its outcome hung on.
@@ -12,19 +13,14 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from perfkit.analyses.memory import MIB, inference_memory
-from perfkit.analyses.memory_peak import states_vs_peak
 from perfkit.analyses.release import ReleaseCorrelation, Shift, is_tail, tail_views
-from perfkit.analyses.roofline import SERVING_RATES, lookup, mean_context
 from perfkit.analyses.stages import PREFILL_STAND_IN
 from perfkit.core.frames import utc
 from perfkit.engine import dialects
-from perfkit.errors import ConfigError
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
 from perfkit.triage.row_types import (
     ABSENT,
-    NO_GPU_COUNT,
     Detection,
     Test,
     Verification,
@@ -440,6 +436,20 @@ def _near_blamed(rel: ReleaseCorrelation, suspect: dict[str, Any], x: Shift) -> 
     return start <= x.ts <= max(blamed) + timedelta(seconds=tolerance)
 
 
+def _ttft_median_queued(rel: ReleaseCorrelation, suspect: dict[str, Any]) -> Test | None:
+    """Whether the TTFT median is the only median the suspect deploy is blamed for, and moved within
+    ``MEDIAN_FINE_RATIO`` (None: another median moved, or none did)."""
+    medians = [name for name in suspect.get("series", []) if not is_tail(name)]
+    if medians != ["TTFT p50"]:
+        return None
+    moved = [
+        1 + x.rel_change
+        for x in rel.shifts
+        if x.series == "TTFT p50" and x.aligned_event and x.aligned_event["ts"] == suspect["ts"]
+    ]
+    return at_most(max(moved), "MEDIAN_FINE_RATIO") if moved else None
+
+
 def verify_deploy(ev: Evidence) -> Verification:
     rel = ev.release
     s = rel.suspect
@@ -476,18 +486,28 @@ def verify_deploy(ev: Evidence) -> Verification:
     tails = [name for name in s.get("series", []) if is_tail(name)]
     tail_only = len(tails) == len(s.get("series", []))
     mix = _long_rose(ev)
+    # Without chunked prefill a long prompt's prefill holds back the prefills of the requests that
+    # arrive during it, so while long prompts rose the TTFT median moves with the share of requests
+    # caught behind one: within the interference row's "P50 fine" that move is theirs as well
+    queued = _ttft_median_queued(rel, s) if mix and not tail_only else None
     views = tail_views(tails)
     corroborated = above(len(views), "DEPLOY_TAIL_VIEWS")
     what = f"{s['version'] or s['detail']} lines up with a shift of {', '.join(s['series'])} only"
-    if tail_only and mix:
+    if mix and (tail_only or queued):
         share = ev.interference.long_share
+        median = (
+            "no median moved at the deploy"
+            if tail_only or queued is None
+            else f"the TTFT median moved {queued.cuts[0].value:.2f}x, within the {T.MEDIAN_FINE_RATIO:g}x that "
+            "prefills queued behind long ones give, and no other median moved"
+        )
         return Verification(
             "inconclusive",
             f"{what}, and long prompts went from {share.get('baseline') or 0:.2%} to "
             f"{share.get('incident') or 0:.2%} of requests in the window: a tail shift is what long "
-            "prompts do; no median moved at the deploy",
+            f"prompts do; {median}",
             numbers,
-            cuts_of(mix),
+            cuts_of(mix, *([queued] if queued is not None else [])),
         )
     if tail_only and not corroborated:
         return Verification(
@@ -501,87 +521,5 @@ def verify_deploy(ev: Evidence) -> Verification:
     why = f"{', '.join(s['series'])} shifted at the {s['kind']} of {s['version'] or s['detail']} ({s['ts']})"
     if cleared:
         why += f"; cleared: {cleared}"
-    tail_tests = (negate(mix), corroborated) if tail_only else ()
+    tail_tests = (negate(mix), corroborated) if tail_only else (negate(queued),) if queued is not None else ()
     return Verification("confirmed", why, numbers, cuts_of(*(negate(t) for _, t in load_shifts), *tail_tests))
-
-
-# -- oom → memory_oversubscription ---------------------------------------------------------------
-
-
-def detect_oom(ev: Evidence) -> Detection:
-    n = ev.logs.get("cuda_oom", 0)
-    facts = {"cuda_oom_lines": n}
-    if not ev.logs:
-        return Detection(False, 0.0, facts, ["logs (CUDA out-of-memory messages)"])
-    seen = above(n, "OOM_LINES")
-    return Detection(seen.ok, T.oom_strength(n) if seen else 0.0, facts, cuts=cuts_of(seen))
-
-
-def verify_oom(ev: Evidence) -> Verification:
-    n = ev.logs.get("cuda_oom", 0)
-    kv = ev.kv_max()
-    used = ev.gpu.get("fb_used_max_incident")
-    total = ev.gpu.get("fb_total_incident")
-    numbers = {
-        "cuda_oom_lines": n,
-        "kv_cache_usage_max": _r(kv),
-        "oom_request_vs_free_gib": ev.oom,
-        "fb_used_peak_frac": _r(used / total if used is not None and total else None),
-    }
-    seen = above(n, "OOM_LINES")
-    if not seen:
-        return Verification("ruled_out", "no out-of-memory messages in the logs", numbers, cuts_of(seen))
-    parts = [f"{n} CUDA out-of-memory messages"]
-    if ev.oom:
-        parts.append(f"an allocation of {ev.oom['asked_gib']:.2f} GiB met {ev.oom['free_gib']:.2f} GiB free")
-    if used is not None and total:
-        parts.append(f"GPU memory peaked at {used / total:.0%} of capacity")
-    if at_least(kv, "KV_FULL_FRAC"):
-        parts.append(f"the KV cache at {kv:.0%} is preallocated, so it is not what ran out")
-    if ev.release.suspect:
-        s = ev.release.suspect
-        parts.append(f"it started with the {s['kind']} {s['version'] or s['detail']} at {s['ts']}")
-        numbers["trigger"] = s
-    estimate, numbers["memory_estimate"] = _memory_estimate(ev)
-    parts.append(estimate)
-    return Verification("confirmed", "; ".join(parts), numbers, cuts_of(seen))
-
-
-def _memory_estimate(ev: Evidence) -> tuple[str, dict[str, Any]]:
-    """The row's component-by-component estimate (analyses/memory.py) from the incident's model
-    and GPUs, or a plain sentence saying why there is none."""
-    spec, gpu, why_not = lookup(ev.incident.model, ev.incident.hardware.gpu)
-    if spec is None:
-        return f"no component estimate: {why_not}", {"unavailable": why_not}
-    if not ev.incident.hardware.count_known:
-        return f"no component estimate: {NO_GPU_COUNT}", {"unavailable": NO_GPU_COUNT}
-    used, count = ev.gpu.get("fb_used_max_incident"), ev.incident.hardware.count
-    if ev.train is not None and ev.train.present:
-        if used is None:
-            return "no component estimate: no DCGM_FI_DEV_FB_USED peak to split", {"unavailable": "FB_USED"}
-        split = states_vs_peak(spec, count, used * MIB, gpu.memory_gib * 2**30 if gpu else None)
-        text = split.summary() + (f"; first try: {split.first_try}" if split.first_try else "")
-        return (
-            text + " (micro-batch, sequence length and recomputation are not in incident.yaml)",
-            split.as_dict(),
-        )
-    cfg = {k: v.get("value") for k, v in ev.engine_config.items()}
-    context = mean_context(*(ev.rate("incident", k) for k in SERVING_RATES))
-    util, tokens, seqs = (
-        cfg.get(k) for k in ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")
-    )
-    try:
-        est = inference_memory(
-            spec,
-            gpu,
-            tp=count,
-            batch=ev.rate("incident", "running_avg") or 0.0,
-            context=context or 0.0,
-            max_num_batched_tokens=tokens if isinstance(tokens, int) else None,
-            max_num_seqs=seqs if isinstance(seqs, int) else None,
-            gpu_memory_utilization=util if isinstance(util, float) else None,
-            observed_bytes=used * MIB if used is not None else None,
-        )
-    except ConfigError as exc:
-        return f"no component estimate: {exc}", {"unavailable": str(exc)}
-    return est.summary(), est.as_dict()

@@ -18,15 +18,14 @@ from perfkit.triage.decode_row import detect_tpot, verify_tpot
 from perfkit.triage.inference_rows import (
     detect_deploy,
     detect_load,
-    detect_oom,
     detect_prefill,
     detect_tail,
     verify_deploy,
     verify_load,
-    verify_oom,
     verify_prefill,
     verify_tail,
 )
+from perfkit.triage.oom_row import detect_oom, verify_oom
 from perfkit.triage.row_types import Cut as Cut  # re-exported: the triage table's row types
 from perfkit.triage.row_types import Detection as Detection
 from perfkit.triage.row_types import Row as Row

@@ -115,7 +115,7 @@ MUTATIONS: list[Mutation] = [
     ),
     M(
         "oom-needs-two-lines",
-        "perfkit/triage/inference_rows.py",
+        "perfkit/triage/oom_row.py",
         'seen = above(n, "OOM_LINES")\n    return Detection(',
         'seen = above(n - 1, "OOM_LINES")\n    return Detection(',
         ("tests/triage/test_bad_input.py::test_a_single_cuda_oom_line_is_the_oom_symptom",),

@@ -10,7 +10,9 @@ physical reason:
   rate window, fell outside the deploy's alignment, and the deploy was blamed at rank 1;
 * a KV cache's one-scrape peak of long prompts, which preempted nothing, read as saturation
   (``--seed-base 1818701022``);
-* a strong but unconfirmed suspicion ranked above the confirmed direction (``--seed-base 742315342``).
+* a strong but unconfirmed suspicion ranked above the confirmed direction (``--seed-base 742315342``);
+* a harmless deploy among long prompts blamed for the TTFT median their queued prefills moved
+  (``--seed-base 2061430524``).
 """
 
 from __future__ import annotations
@@ -129,6 +131,22 @@ def test_a_confirmed_direction_outranks_a_strong_suspicion(tmp_path_factory):
     assert tail.verification.verdict == "confirmed", tail.verification.why
     assert deploy.verification.verdict == "inconclusive" and deploy.score > tail.score  # the case
     assert result.top is tail
+
+
+def test_a_deploy_among_long_prompts_is_not_blamed_for_their_queued_prefills(tmp_path_factory):
+    """tail-interference-batch-tenant on a shared fleet, seed 1936743224 (``--seed-base
+    2061430524``): the batch tenant's long prompts came with the harmless v5.1.3 deploy, the prefills
+    queued behind them moved the TTFT median 1.21x, and the deploy was confirmed at rank 1."""
+    factory, _ = base_specs()["tail-interference-batch-tenant"]
+    out = tmp_path_factory.mktemp("fleet-tail") / "b"
+    write_variant("shared-fleet", replace(factory(), seed=1936743224), out)
+    result = triage_bundle(out, scope=yaml.safe_load((out / "answer.yaml").read_text())["scope"])
+    deploy = row(result, "release_regression")
+    median = next(x for x in deploy.verification.numbers["shifts"] if x["series"] == "TTFT p50")
+    assert 1.1 <= 1 + median["rel_change"] < 1.3  # the case: a median moved, within "P50 fine"
+    assert deploy.verification.verdict == "inconclusive", deploy.verification.why
+    assert result.confirmed()[0].row.direction == "prefill_decode_interference"
+    assert result.top is row(result, "prefill_decode_interference")
 
 
 def test_an_episode_is_over_when_its_series_took_back_half_of_it():

@@ -225,17 +225,17 @@ def test_a_bigger_step_at_the_same_throughput_is_not_a_regression():
     assert slower.suspect is not None and {"step time", "training tokens/s"} <= set(slower.suspect["series"])
 
 
-def shift(series: str, ts: str) -> SimpleNamespace:
+def shift(series: str, ts: str, rel: float = 0.42) -> SimpleNamespace:
     aligned = {"ts": ts, "kind": "deploy", "version": "v5.1.3", "detail": "router log level"}
     return SimpleNamespace(
         series=series,
         aligned_event=aligned,
-        rel_change=0.42,
+        rel_change=rel,
         as_dict=lambda: {"series": series},
     )
 
 
-def deploy_evidence(series: list[str], long_share: dict[str, float]) -> Any:
+def deploy_evidence(series: list[str], long_share: dict[str, float], rel: float = 0.42) -> Any:
     ts = "2026-11-03T09:30:00Z"
     suspect = {
         "ts": ts,
@@ -246,7 +246,7 @@ def deploy_evidence(series: list[str], long_share: dict[str, float]) -> Any:
         "score": 0.35,
     }
     release = SimpleNamespace(
-        suspect=suspect, suspect_version="v5.1.3", shifts=[shift(s, ts) for s in series], cleared=[]
+        suspect=suspect, suspect_version="v5.1.3", shifts=[shift(s, ts, rel) for s in series], cleared=[]
     )
     return SimpleNamespace(release=release, interference=Interference(long_share=long_share))
 
@@ -261,6 +261,27 @@ def test_a_tail_only_shift_at_a_deploy_while_long_prompts_arrive_is_not_a_regres
     # the same two tail shifts with the ordinary few long prompts
     ordinary = {"baseline": 0.0003, "incident": 0.0004}
     assert verify_deploy(deploy_evidence(["TTFT p95", "E2E p95"], ordinary)).verdict == "confirmed"
+
+
+def test_a_ttft_median_up_by_prefills_queued_behind_long_ones_is_theirs():
+    """tail-interference-batch-tenant on a shared fleet, seed 1936743224: the batch tenant's 26k-token
+    prompts arrived with a harmless deploy. Without chunked prefill each holds back the prefills of
+    the requests that arrive during it, so the TTFT median moved 1.21x with the tails, and the deploy
+    was confirmed at rank 1. A TTFT median within the interference row's "P50 fine" is the long
+    prompts' as much as the deploy's."""
+    mix = {"baseline": 0.0, "incident": 0.0048}
+    series = ["TTFT p50", "ITL p95", "TPOT p95", "E2E p95"]
+    ver = verify_deploy(deploy_evidence(series, mix, rel=0.21))
+    assert ver.verdict == "inconclusive" and "queued behind long ones" in ver.why, ver.why
+    median = next(c for c in ver.cuts if c.name == "MEDIAN_FINE_RATIO")
+    assert median.value == pytest.approx(1.21) and median.passed
+    # the median request slower than that: a regression on the serving path, whatever the mix
+    ver = verify_deploy(deploy_evidence(series, mix, rel=0.45))
+    assert ver.verdict == "confirmed" and any(c.name == "MEDIAN_FINE_RATIO" for c in ver.cuts)
+    # another median moved too, or the mix did not change: the deploy's
+    assert verify_deploy(deploy_evidence(["TTFT p50", "TPOT p50"], mix, rel=0.21)).verdict == "confirmed"
+    ordinary = {"baseline": 0.0003, "incident": 0.0004}
+    assert verify_deploy(deploy_evidence(series, ordinary, rel=0.21)).verdict == "confirmed"
 
 
 def test_one_tail_quantile_alone_at_a_deploy_is_not_a_regression():
