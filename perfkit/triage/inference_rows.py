@@ -198,20 +198,25 @@ def verify_tail(ev: Evidence) -> Verification:
             cuts_of(unrelated),
         )
     if calm and (follows or mechanism):
-        if follows:
+        # Either line of evidence suffices, and the verdict rests on the one further from its cuts: a
+        # correlation of a dozen bins that barely clears its cut is no reason to doubt a mechanism
+        # the whole window shows
+        shown = all_of(mechanism, negate(unrelated))
+        either = any_of(follows, shown)
+        decided = all_of(calm, either)
+        if follows and all(c in follows.cuts for c in either.cuts):
             why = (
                 f"{_stall_words(it)} follow{'s' if it.stall_threshold_s is None else ''} {_long_arrivals(it)} "
                 f"in two-minute bins (r={it.correlation:.2f})"
             )
-            decided = all_of(calm, follows)
         else:
             si, li = it.stalls_per_min.get("incident") or 0.0, it.long_share.get("incident") or 0.0
+            bins = "" if follows else ", too few bins to say more"
             why = (
                 f"ITL stalls >{it.stall_threshold_s:g}s ({si:.1f}/min) appeared with long prompts "
                 f"({_long_arrivals(it)}: {li:.2%} of {'batches' if it.proxy else 'requests'}) against a baseline without "
-                f"either (two-minute bins: r={it.correlation:.2f}, too few bins to say more)"
+                f"either (two-minute bins: r={it.correlation:.2f}{bins})"
             )
-            decided = all_of(calm, mechanism, negate(unrelated))
         why += f" while {calm_text(load, waiting, kv)}"
         if at_least(kv, "KV_FULL_FRAC"):
             why += " (its peak preempted nothing)"
