@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from perfkit.analyses.changepoints import ChangePoint, detect
+from perfkit.analyses.changepoints import MIN_REL_CHANGE, ChangePoint, detect
 from perfkit.core.frames import Window, iso
 from perfkit.engine import signals as S
 
@@ -62,6 +62,7 @@ WATCHED: tuple[tuple[str, str, str, float | None, int], ...] = (
 
 
 STEP_TIME, TRAINING_RATE = "step time", "training tokens/s"
+SERVING_RATE, REQUEST_RATE = "generated tokens/s", "requests/s"
 
 #: the tail series by the part of a request they time: prefill (first token), decode (the tokens
 #: after it; ITL and TPOT are two statistics of the same gaps) and the whole request
@@ -215,6 +216,21 @@ def _drift(before: float, base: float | None, direction: int) -> float | None:
     return before / base - 1.0 if direction > 0 else base / before - 1.0
 
 
+def _demand_fell(tokens: Shift, shifts: list[Shift], tolerance: timedelta) -> bool:
+    """Whether a fall of the generated-token rate is its demand's: the request rate fell at the same
+    change (within ``tolerance``) and the tokens per request fell by less than ``MIN_REL_CHANGE``. A
+    server generates what it is asked for, so such a fall is less traffic (a surge that ended), not a
+    slower server; a slower one shows in its latencies."""
+    for o in shifts:
+        if o.series != REQUEST_RATE or o.rel_change >= 0:
+            continue
+        if abs((o.ts - tokens.ts).total_seconds()) > tolerance.total_seconds():
+            continue
+        if (1 + tokens.rel_change) / (1 + o.rel_change) > 1 - MIN_REL_CHANGE:
+            return True
+    return False
+
+
 def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFrame) -> ReleaseCorrelation:
     """Change points over baseline-start → window-end, each matched to the deploy it starts at."""
     start = min(baseline.start, window.start) if baseline else window.start - (window.end - window.start)
@@ -271,6 +287,8 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
                 o.series == TRAINING_RATE and o.degrading and o.aligned_event == sh.aligned_event
                 for o in shifts
             )
+        if sh.series == SERVING_RATE and sh.degrading:
+            sh.degrading = not _demand_fell(sh, shifts, tolerance)
     scores: dict[str, tuple[float, dict[str, Any], list[str]]] = {}
     for sh in shifts:
         if sh.degrading and sh.aligned_event and sh.from_baseline and sh.persists and sh.ts >= span.start:

@@ -14,7 +14,9 @@ physical reason:
 * a harmless deploy among long prompts blamed for the TTFT median their queued prefills moved
   (``--seed-base 2061430524``);
 * a correlation of a dozen bins just over its cut left "leading" a mechanism the window showed whole
-  (``--seed-base 1548210190``).
+  (``--seed-base 1548210190``);
+* the end of a surge read as its onset: the generated-token rate fell with the request rate
+  (``--seed-base 1548210190``, ``1188800953``).
 """
 
 from __future__ import annotations
@@ -168,6 +170,44 @@ def test_a_barely_clearing_correlation_does_not_cast_doubt_on_the_mechanism(tmp_
     assert "CORR_CONFIRM" not in {c.name for c in tail.verification.cuts}
     assert "appeared with long prompts" in tail.verification.why
     assert result.top is tail
+
+
+def test_a_token_rate_that_falls_with_its_demand_is_no_degradation():
+    """A server generates what it is asked for: the generated-token rate falling with the request
+    rate (a surge that ended) is less traffic; only fewer tokens per request as well is a slower one."""
+    from datetime import UTC, datetime, timedelta
+
+    from perfkit.analyses.release import Shift, _demand_fell
+
+    t0 = datetime(2026, 11, 24, 19, 23, tzinfo=UTC)
+    tolerance = timedelta(minutes=3)
+    tokens = Shift("generated tokens/s", t0, 1149.0, 717.0, -0.376, True)
+    requests = Shift("requests/s", t0, 4.4, 2.72, -0.381, False)
+    assert _demand_fell(tokens, [tokens, requests], tolerance)
+    # the request rate held: the server generates less of what it was asked for
+    assert not _demand_fell(tokens, [tokens], tolerance)
+    # requests fell a little, the tokens a lot: 0.62 / 0.9 = 0.69 of the tokens per request
+    fewer = Shift("requests/s", t0, 4.4, 3.96, -0.1, False)
+    assert not _demand_fell(tokens, [tokens, fewer], tolerance)
+    # the request rate fell, but long before: not the same change
+    earlier = Shift("requests/s", t0 - timedelta(minutes=10), 4.4, 2.72, -0.381, False)
+    assert not _demand_fell(tokens, [tokens, earlier], tolerance)
+
+
+@pytest.mark.slow  # a shared fleet's two workloads: 20-70 s to simulate
+def test_the_end_of_a_surge_is_not_its_onset(tmp_path_factory):
+    """queueing-traffic-surge on a shared fleet, seeds 1926541512, 1508821939 and 1694243362
+    (``--seed-base 1548210190`` and ``1188800953``): the surge ended inside the window; every latency
+    shift was taken back, and the one degrading shift still there at the end was the generated-token
+    rate falling with the request rate as the surge ended. Judged from there, the queue was gone."""
+    factory, _ = base_specs()["queueing-traffic-surge"]
+    out = tmp_path_factory.mktemp("fleet-surge") / "b"
+    write_variant("shared-fleet", replace(factory(), seed=1508821939), out)
+    result = triage_bundle(out, scope=yaml.safe_load((out / "answer.yaml").read_text())["scope"])
+    assert result.judged is not None and "generated tokens/s" not in result.judged["why"], result.judged
+    queue = row(result, "scheduler_queueing")
+    assert queue.verification.verdict == "confirmed", queue.verification.why
+    assert result.top is queue
 
 
 def test_an_episode_is_over_when_its_series_took_back_half_of_it():
