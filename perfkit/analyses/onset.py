@@ -7,9 +7,10 @@ window shows a third of its size), so the rows judge the span from the onset to 
 The onset is the earliest *degrading* level shift (a latency quantile up, the step time up, the
 token rate down: :mod:`perfkit.analyses.release` finds them over baseline → window) that starts
 inside the window and is still there at its end (a shift the same series took back by half or more
-before degrading again, such as a minute's p95 spike, is an episode that ended; only when every
-shift ended does the earliest count), or else the first sustained SLO breach. With neither, or when the onset is at
-the window's start anyway, the whole window is judged, and the result says so.
+before degrading again, such as a minute's p95 spike, is an episode that ended; when every shift
+ended, the one that left the most of itself at the window's end), or else the first sustained SLO
+breach. With neither, or when the onset is at the window's start anyway, the whole window is
+judged, and the result says so.
 """
 
 from __future__ import annotations
@@ -79,9 +80,11 @@ def find_onset(
         # is over: the incident is the degradation still there at the window's end. With none left,
         # the earliest shift is the onset as before.
         lasting = [s for s in shifts if _lasting(rel.shifts, s, window.end)]
-        first = (lasting or shifts)[0]
+        first = lasting[0] if lasting else _most_left(rel.shifts, shifts, window.end)
         why = f"{first.series} shifted {first.rel_change:+.0%} at {iso(first.ts)}"
-        if first is not shifts[0]:
+        if not lasting and first is not shifts[0]:
+            why += " (every shift was taken back in part inside the window; this one left the most)"
+        elif first is not shifts[0]:
             over = shifts[0]
             why += f" (the {over.series} shift of {over.rel_change:+.0%} at {iso(over.ts)} was taken back inside the window)"
         return _span(window, first.ts, why, lead, latest)
@@ -115,14 +118,33 @@ def _lasting(every: list[Shift], shift: Shift, end: datetime) -> bool:
     """At least half of ``shift`` (:data:`~perfkit.analyses.release.PERSIST_SHARE`, on a log scale)
     is still there after the same series' later shifts up to its next degrading one or ``end``."""
     size = _log_change(shift.rel_change)
-    level = size
+    return _left(every, shift, end) / size >= PERSIST_SHARE if size else True
+
+
+def _left(every: list[Shift], shift: Shift, end: datetime) -> float:
+    """How much of ``shift`` (log of after over before, in its degrading direction) is still there
+    after the same series' later shifts up to its next degrading one or ``end``."""
+    level = _log_change(shift.rel_change)
     for x in sorted(every, key=lambda x: x.ts):
         if x.series != shift.series or x.ts <= shift.ts or x.ts > end:
             continue
         if x.degrading:
             break
         level += _log_change(x.rel_change)
-    return level / size >= PERSIST_SHARE if size else True
+    return level
+
+
+def _most_left(every: list[Shift], shifts: list[Shift], end: datetime) -> Shift:
+    """When every episode was taken back (in part), the onset is the one that left the most of itself
+    at the window's end: a minute's blip at the window's start that is wholly gone is no onset
+    beside a tail that fell back from +150 % to +30 %. The earliest when none left anything."""
+
+    def left(s: Shift) -> float:
+        size = _log_change(s.rel_change)
+        return _left(every, s, end) * (1.0 if size > 0 else -1.0) if size else 0.0
+
+    best = max(shifts, key=left)  # the earliest of equals
+    return best if left(best) > 0 else shifts[0]
 
 
 def _log_change(rel: float) -> float:

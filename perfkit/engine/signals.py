@@ -271,22 +271,33 @@ def window_buckets(
     return out
 
 
-def spans_quantile(engine: Engine, signal: str, q: float, windows: list[Window]) -> float | None:
-    """A histogram signal's ``q`` quantile over several windows taken together: their bucket increases
-    (:func:`window_buckets`) summed, then read as ``histogram_quantile`` reads one window's. None when
-    the engine has no histogram for ``signal`` or the windows hold no observation."""
-    import numpy as np
-
-    from perfkit.engine.local import bucket_quantile
-
+def spans_buckets(engine: Engine, signal: str, windows: list[Window]) -> dict[float, float]:
+    """A histogram signal's bucket increases (:func:`window_buckets`) over several windows, summed."""
     total: dict[float, float] = {}
     for w in windows:
         for edge, n in (window_buckets(engine, signal, w) or {}).items():
             total[edge] = total.get(edge, 0.0) + n
-    if len(total) < 2 or not math.isinf(max(total)):
+    return total
+
+
+def spans_quantile(engine: Engine, signal: str, q: float, windows: list[Window]) -> float | None:
+    """A histogram signal's ``q`` quantile over several windows taken together: their bucket increases
+    (:func:`window_buckets`) summed, then read as ``histogram_quantile`` reads one window's. None when
+    the engine has no histogram for ``signal`` or the windows hold no observation."""
+    return buckets_quantile(spans_buckets(engine, signal, windows), q)
+
+
+def buckets_quantile(buckets: dict[float, float], q: float) -> float | None:
+    """``histogram_quantile(q, ...)`` of one set of bucket counts (upper edge → cumulative count);
+    None without a ``+Inf`` bucket or an observation."""
+    import numpy as np
+
+    from perfkit.engine.local import bucket_quantile
+
+    if len(buckets) < 2 or not math.isinf(max(buckets)):
         return None
-    upper = np.array(sorted(total))
-    value = float(bucket_quantile(q, upper, np.array([[total[e] for e in upper]]))[0])
+    upper = np.array(sorted(buckets))
+    value = float(bucket_quantile(q, upper, np.array([[buckets[e] for e in upper]]))[0])
     return value if math.isfinite(value) else None
 
 

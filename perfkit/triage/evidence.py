@@ -24,6 +24,7 @@ from perfkit.engine import signals as S
 from perfkit.sources.engine_config import engine_config, engine_version
 from perfkit.sources.engine_lines import prefill_batches
 from perfkit.triage import thresholds as T
+from perfkit.triage.held_back import unheld_median
 
 
 @dataclass
@@ -66,6 +67,11 @@ class Evidence:
     #: the incident's TTFT median outside the minutes after restarts in the window (None: no restart)
     ttft_p50_steady: float | None = None
     restarts: list[str] = field(default_factory=list)  # ISO times of restarts in the judged window
+    #: the TTFT median of the requests no long prefill held back, and the share held back (held_back.py)
+    ttft_p50_unheld: float | None = None
+    ttft_held_share: float | None = None
+    #: ISO times of request-rate shifts that are a restart's backlog completing, not traffic
+    restart_bursts: list[str] = field(default_factory=list)
     #: the serving engine whose series answered (perfkit.engine.dialects: vllm, sglang, trtllm ...)
     serving_engine: str | None = None
     engine_version: str | None = None  # as its start-up lines say it (vLLM's); None when none does
@@ -101,12 +107,15 @@ class Evidence:
         (:data:`~perfkit.triage.thresholds.RESTART_BACKLOG_S`)."""
         return self.kv_max_steady if self.restarts else self.rate("incident", "kv_cache_usage_max")
 
-    def ttft_median_ratio(self) -> float | None:
+    def ttft_median_ratio(self, *, unheld: bool = False) -> float | None:
         """TTFT p50, incident over baseline, the incident's read outside each restart's backlog
         (:data:`~perfkit.triage.thresholds.RESTART_BACKLOG_S`): a restarted server is handed every
         request that arrived while it was down, and their queue raises the window's median while the
-        engine serves as before."""
+        engine serves as before. ``unheld``: the median of the requests no long prefill held back
+        (:mod:`perfkit.triage.held_back`), where it could be read."""
         base = self.q("baseline", "ttft", 0.5)
+        if unheld and self.ttft_p50_unheld is not None and base is not None and base > 0:
+            return self.ttft_p50_unheld / base
         if not self.restarts or self.ttft_p50_steady is None or base is None or base <= 0:
             return self.ratio("ttft", 0.5)
         return self.ttft_p50_steady / base
@@ -440,16 +449,49 @@ def _outside_backlogs(engine: S.Engine, window: Window) -> tuple[list[Window], l
     return [w for w in spans if w.seconds >= 60], [iso(t) for t in found]
 
 
-def _steady(engine: S.Engine, window: Window) -> tuple[float | None, float | None, list[str]]:
-    """The KV cache's peak and the TTFT median outside each restart's backlog, and the restarts'
-    times (None, None, []: no restart in ``window``, the window's own values stand)."""
+def _restart_bursts(engine: S.Engine, rel: ReleaseCorrelation) -> list[str]:
+    """The request-rate shifts that are a restart's backlog completing (ISO times).
+
+    perfkit reads the request rate as the completion rate; a restarted server is handed every request
+    that arrived while it was down, and completes them in a burst on top of the arrivals. A rise that
+    starts from a step before a restart to :data:`~perfkit.triage.thresholds.RESTART_BACKLOG_S` after
+    it, with the rate past the backlog (to the next restart or the window's end, a minute at least)
+    back within ``LOAD_SHIFT_AT_DEPLOY`` of its level before, was the backlog; one that stays is
+    traffic, as is one with nothing after the backlog to tell."""
+    from perfkit.analyses.completeness import restarts
+
+    rate = rel.series.get("requests/s")
+    rises = [x for x in rel.shifts if x.series == "requests/s" and x.rel_change > 0 and x.before > 0]
+    if rate is None or not rises:
+        return []
+    found = sorted(utc(r.ts) for r in restarts(engine, rel.span))
+    backlog, step = timedelta(seconds=T.RESTART_BACKLOG_S), timedelta(seconds=rel.step_s)
+    out = []
+    for x in rises:
+        for k, ts in enumerate(found):
+            if not ts - step <= x.ts <= ts + backlog:
+                continue
+            end = found[k + 1] if k + 1 < len(found) else rel.span.end
+            after = rate.filter((pl.col("ts") >= ts + backlog) & (pl.col("ts") <= end))["value"].to_numpy()
+            after = after[np.isfinite(after)]
+            told = (end - ts - backlog).total_seconds() >= 60 and after.size
+            if told and float(np.median(after)) / x.before - 1.0 < T.LOAD_SHIFT_AT_DEPLOY:
+                out.append(iso(x.ts))
+            break
+    return out
+
+
+def _steady(engine: S.Engine, window: Window) -> tuple[float | None, float | None, list[str], list[Window]]:
+    """The KV cache's peak and the TTFT median outside each restart's backlog, the restarts' times,
+    and the spans outside the backlogs (None, None, [], [window]: no restart in ``window``, the
+    window's own values stand)."""
     spans, found = _outside_backlogs(engine, window)
     if not found:
-        return None, None, []
+        return None, None, [], [window]
     peaks = [S.gauge_stat(engine, "kv_cache_usage", w, "max", combine="max") for w in spans]
     values = [v for v in peaks if v is not None]
     ttft = S.spans_quantile(engine, "ttft", 0.5, spans) if spans else None
-    return (max(values) if values else None), ttft, found
+    return (max(values) if values else None), ttft, found, spans
 
 
 def gather(
@@ -478,7 +520,8 @@ def gather(
     missing = [*base.missing, *rel.missing]
     if inc.baseline is None:
         missing.append("triage: no baseline window; rows needing a comparison are inconclusive")
-    kv_steady, ttft_steady, restart_times = _steady(engine, inc.window)
+    kv_steady, ttft_steady, restart_times, spans = _steady(engine, inc.window)
+    unheld, held = unheld_median(engine, spans, inc.baseline)
     gpu, host = _gpu_host(engine, inc)
     if gpu.get("util_incident") is None:
         missing.append("gpu state: no DCGM metrics in window")
@@ -517,6 +560,9 @@ def gather(
         kv_max_steady=kv_steady,
         ttft_p50_steady=ttft_steady,
         restarts=restart_times,
+        restart_bursts=_restart_bursts(engine, rel),
+        ttft_p50_unheld=unheld,
+        ttft_held_share=held,
         serving_engine=serving_engine(engine),
         engine_version=engine_version(logs),
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from perfkit.analyses.release import ReleaseCorrelation, Shift, is_tail, tail_views
 from perfkit.analyses.stages import PREFILL_STAND_IN
-from perfkit.core.frames import utc
+from perfkit.core.frames import iso, utc
 from perfkit.engine import dialects
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
@@ -68,6 +68,10 @@ def detect_tail(ev: Evidence) -> Detection:
     tok = ev.per_token()
     p95, p99 = ev.ratio("ttft", 0.95), ev.ratio("ttft", 0.99)
     p50 = ev.ttft_median_ratio()  # outside a restart's backlog: its queue is no slower median
+    # Without chunked prefill, newly arrived long prompts hold back the prefills that arrive during
+    # theirs: "P50 fine" is then judged on the requests they did not hold back (triage.held_back)
+    held_context = ev.chunked_prefill is False and bool(_long_rose(ev))
+    p50_judged = ev.ttft_median_ratio(unheld=True) if held_context else p50
     tok99 = ev.ratio(tok, 0.99)
     it = ev.interference
     long_share = it.long_share.get("incident")
@@ -75,6 +79,8 @@ def detect_tail(ev: Evidence) -> Detection:
         "ttft_p95_ratio": _r(p95),
         "ttft_p99_ratio": _r(p99),
         "ttft_p50_ratio": _r(p50),
+        "ttft_p50_unheld_ratio": _r(p50_judged) if held_context else None,
+        "held_back_share": _r(ev.ttft_held_share, 4) if held_context else None,
         f"{tok}_p99_ratio": _r(tok99),
         "itl_stalls_per_min": {k: _r(v) for k, v in it.stalls_per_min.items()},
         "long_prompt_share": _r(long_share, 4),
@@ -91,7 +97,7 @@ def detect_tail(ev: Evidence) -> Detection:
         at_least(delta, "MIN_TAIL_DELTA_S"),
     )
     tail_bad = any_of(quantile_tail, _stalls_new(ev))
-    median_fine = at_most(p50, "MEDIAN_FINE_RATIO")  # ... while the median request is as usual
+    median_fine = at_most(p50_judged, "MEDIAN_FINE_RATIO")  # ... while the median request is as usual
     missing = [] if long_share is not None else [_prompt_histogram_missing(ev)]
     long_mixed = at_least(long_share, "LONG_PROMPT_SHARE")
     # Without a prompt-length histogram the row still fires (the mechanism is then unmeasured).
@@ -468,10 +474,11 @@ def verify_deploy(ev: Evidence) -> Verification:
     # A traffic change at the same minute muddies the blame: a request-rate shift from the deploy to
     # the alignment tolerance after the last shift blamed on it (the rate's change point lags the
     # latency's by the rate window and the rolling median, as a latency's lags the deploy)
+    # (a restart's backlog completing is no traffic: evidence._restart_bursts)
     load_shifts = [
         (x, at_least(abs(x.rel_change), "LOAD_SHIFT_AT_DEPLOY"))
         for x in rel.shifts
-        if x.series == "requests/s" and _near_blamed(rel, s, x)
+        if x.series == "requests/s" and _near_blamed(rel, s, x) and iso(x.ts) not in ev.restart_bursts
     ]
     load_shift = next(((x, t) for x, t in load_shifts if t), None)
     if load_shift:

@@ -309,12 +309,33 @@ def test_oom_after_the_batch_change(bundles):
     )
     change = b.events.filter(pl.col("kind") == "config")["ts"][0]
     assert (oom["ts"] > change).all()
-    # the allocator's reserve reaches the capacity before a crash; none of that in the baseline
-    assert _window_stat(b, "DCGM_FI_DEV_FB_USED", "window", "max") > 0.97 * 79.15 * 1024
+    # the allocator's reserve climbs toward the capacity before a crash (a 15 s scrape rarely lands in
+    # the seconds of the failing step itself); none of that in the baseline
+    assert _window_stat(b, "DCGM_FI_DEV_FB_USED", "window", "max") > 0.9 * 79.15 * 1024
     assert _window_stat(b, "DCGM_FI_DEV_FB_USED", "baseline", "max") < 0.85 * 79.15 * 1024
     # each crash is a new process: the tokens counter restarts
     tok = b.store.frames["train_tokens_total"].filter(pl.col("rank") == "0").sort("ts")["value"].to_numpy()
     assert (np.diff(tok) < 0).sum() >= 2
+
+
+@pytest.mark.parametrize(
+    ("seed", "variant"), [(1586196997, "restart"), (247674936, "restart"), (1643215055, "loose-window")]
+)
+def test_the_batch_change_ooms_inside_the_window_on_every_seed(seed, variant, tmp_path):
+    """The story is "OOM every few minutes after the change": on these seeds (issue 27, fresh seeds at
+    ``--seed-base 1796707440`` and a 51-bundle sweep) the lognormal lengths alone never drew a sample
+    long enough in the window, so the bundle showed a healthy job under an OOM answer key. An SFT mix's
+    longest documents are truncated at seq_len; one in a micro-batch of two pads both to it."""
+    from perfkit.app.runner.embedded import base_specs
+    from perfkit.lab.sim.variants import write_variant
+
+    factory, _ = base_specs()["train-oom-batch-size"]
+    write_variant(variant, replace(factory(), seed=seed), tmp_path / "b")
+    b = load_bundle(tmp_path / "b")
+    oom = b.logs.filter(pl.col("kind") == "cuda_oom")
+    change = b.events.filter(pl.col("kind") == "config")["ts"][0]
+    window = oom.filter((pl.col("ts") > change) & (pl.col("ts") <= b.incident.window.end))
+    assert window.height >= 2, oom
 
 
 def test_socket_fallback_logs_and_traffic(bundles):

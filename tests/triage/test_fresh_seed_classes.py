@@ -22,11 +22,13 @@ physical reason:
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
 
 from perfkit.app.runner.embedded import base_specs
+from perfkit.core.frames import iso
 from perfkit.engine.local import LocalEngine
 from perfkit.lab.sim.variants import write_variant
 from perfkit.sources.bundle import load_bundle
@@ -229,3 +231,56 @@ def test_an_episode_is_over_when_its_series_took_back_half_of_it():
     assert _lasting([spike, small], spike, end)
     crash = shift(10, "generated tokens/s", -1.0, True)  # to nothing, and it stays there
     assert _lasting([crash], crash, end)
+
+
+def test_a_restarts_completions_are_no_traffic_at_the_deploy(tmp_path_factory):
+    """release-regression-prefill, restart, seed 1390625237 (``--seed-base 1796707440``): the deploy
+    restarted the server and the requests that arrived while it was down completed in a burst; the
+    request rate perfkit reads is the completion rate, so it stepped +25 % two minutes after the
+    deploy, class 3's rule read that as traffic at the deploy, and the regression was left
+    inconclusive. Past the backlog the rate was back at its level: that was no traffic."""
+    ev, result = told(tmp_path_factory, "release-regression-prefill", "restart", 1390625237)
+    rate = [x for x in ev.release.shifts if x.series == "requests/s" and x.rel_change >= 0.2]
+    assert rate and ev.restarts  # the case: a rate step of 20 %+ beside a restart
+    assert ev.restart_bursts == [iso(x.ts) for x in rate]
+    deploy = row(result, "release_regression")
+    assert deploy.verification.verdict == "confirmed", deploy.verification.why
+    assert result.top is deploy
+
+
+def test_a_median_moved_by_held_back_prefills_is_still_fine(tmp_path_factory):
+    """tail-interference-batch-tenant, seed 72660579 (``--seed-base 1796707440``, wrong in three
+    variants): without chunked prefill the batch tenant's long prefills held back the requests that
+    arrived during them, which put the window's TTFT median at 1.24x the baseline, within 5 % of the
+    row's "P50 fine" (1.3x): "leading". Judged on the requests not held back, it is fine."""
+    ev, result = told(tmp_path_factory, "tail-interference-batch-tenant", "base", 72660579)
+    tail = row(result, "prefill_decode_interference")
+    facts = tail.detection.evidence
+    assert facts["ttft_p50_ratio"] > 1.2 and facts["held_back_share"] > 0.02  # the case
+    assert facts["ttft_p50_unheld_ratio"] < facts["ttft_p50_ratio"]
+    assert tail.verification.verdict == "confirmed", tail.verification.why
+    assert result.top is tail
+
+
+def test_a_slower_engine_moves_the_median_of_the_requests_not_held_back():
+    """The other side of the rule above: when every request is slower (release-regression-prefill,
+    the attention backend's slow path), the median of those not in the excess tail stays well past
+    "P50 fine", so no interference is read into it."""
+    b = load_bundle(Path(__file__).resolve().parents[2] / "data" / "scenarios" / "release-regression-prefill")
+    ev = gather(LocalEngine(b.store), b.incident, events=b.events, logs=b.logs)
+    assert ev.ttft_held_share is not None and ev.ttft_held_share > 0.1
+    assert ev.ttft_median_ratio(unheld=True) > 1.3 * 1.5
+
+
+def test_when_every_episode_was_taken_back_the_onset_is_the_one_that_left_most(tmp_path_factory):
+    """tail-interference-batch-tenant, loose window, seed 1326608547 (``--seed-base 1796707440``):
+    the batch tenant's TTFT p95 shift (+152 %) fell back by half on a log scale before the window's
+    end, so no shift was "still there"; the onset then fell on the earliest, an ITL p95 blip at the
+    window's start that was wholly gone, the whole 66-minute window was judged, and the long prompts
+    were diluted to the row's cut. The onset is the episode that left the most of itself."""
+    ev, result = told(tmp_path_factory, "tail-interference-batch-tenant", "loose-window", 1326608547)
+    first = min(x.ts for x in ev.release.shifts if x.degrading and x.ts >= ev.onset.window.start)
+    assert ev.onset is not None and ev.onset.narrowed and ev.onset.ts > first, ev.onset
+    assert "left the most" in ev.onset.why
+    assert result.top is row(result, "prefill_decode_interference")
+    assert result.top.verification.verdict == "confirmed", result.top.verification.why

@@ -110,7 +110,10 @@ class TailEvidence:
         b, i = self.q("baseline", signal, q), self.q("incident", signal, q)
         return None if b is None or i is None else i / b
 
-    def ttft_median_ratio(self) -> float | None:
+    chunked_prefill = None  # not known: the median is judged whole (triage.held_back)
+    ttft_held_share = None
+
+    def ttft_median_ratio(self, *, unheld: bool = False) -> float | None:
         return self.ratio("ttft", 0.5)  # no restart in the window
 
 

@@ -187,6 +187,8 @@ class _Sim(_LauncherLogs):
         """Per rank, as fractions of seq_len: (largest padded micro-batch, mean padded, mean real length).
 
         Packed sequences are always full; unpacked micro-batches are padded to their longest sample.
+        The lognormal's own tail rarely reaches ``seq_len``; ``length_full_share`` adds the samples a
+        real SFT mix truncates there (long documents), drawn apart so the lognormal stays as it was.
         """
         if env.packed:
             one = np.ones(n)
@@ -196,6 +198,9 @@ class _Sim(_LauncherLogs):
             1.0,
             g.lognormal(math.log(env.length_median), env.length_sigma, (n, env.grad_accum, env.micro_batch)),
         )
+        if env.length_full_share > 0:  # an SFT mix's long documents, truncated at seq_len
+            full = np.random.default_rng([self.spec.seed, 2_000_029, step]).random(draws.shape)
+            draws = np.where(full < env.length_full_share, 1.0, draws)
         padded = draws.max(axis=2)
         return padded.max(axis=1), padded.mean(axis=1), draws.mean(axis=(1, 2))
 

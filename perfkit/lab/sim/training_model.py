@@ -87,6 +87,7 @@ class Setup:
     packed: bool = True  # sequences packed to seq_len; else padded to the longest in the micro-batch
     length_median: float = 0.3  # unpacked: sample length as a fraction of seq_len (lognormal)
     length_sigma: float = 0.6
+    length_full_share: float = 0.0  # unpacked: share of samples at seq_len (longer ones truncated to it)
     lr: float = 3e-4
     lr_stable: float = 4.5e-4  # above this peak LR the run sits past the edge of stability
     warmup_steps: int = 200  # a launch with a new LR ramps to it over this many steps (0: jumps)
