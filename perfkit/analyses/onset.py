@@ -8,7 +8,8 @@ The onset is the earliest *degrading* level shift (a latency quantile up, the st
 token rate down: :mod:`perfkit.analyses.release` finds them over baseline → window) that starts
 inside the window and is still there at its end (a shift the same series took back by half or more
 before degrading again, such as a minute's p95 spike, is an episode that ended; when every shift
-ended, the one that left the most of itself at the window's end), or else the first sustained SLO
+ended, the one that left the most of itself at the window's end, or the largest; a lasting shift under
+half the size of the largest lasting one is wander, not the start), or else the first sustained SLO
 breach. With neither, or when the onset is at the window's start anyway, the whole window is
 judged, and the result says so.
 """
@@ -77,13 +78,24 @@ def find_onset(
     )
     if shifts:
         # An episode the same series took back inside the window (a minute's p95 spike and its fall)
-        # is over: the incident is the degradation still there at the window's end. With none left,
-        # the earliest shift is the onset as before.
+        # is over: the incident is the degradation still there at the window's end. A lasting shift
+        # under half the size of the largest (on a log scale: PERSIST_SHARE) is the level a one-minute
+        # tail quantile wanders to in a long lead-in, not the fault's start.
         lasting = [s for s in shifts if _lasting(rel.shifts, s, window.end)]
-        first = lasting[0] if lasting else _most_left(rel.shifts, shifts, window.end)
+        big = max((abs(_log_change(s.rel_change)) for s in lasting), default=0.0)
+        main = [s for s in lasting if abs(_log_change(s.rel_change)) >= PERSIST_SHARE * big]
+        first = main[0] if main else _most_left(rel.shifts, shifts, window.end)
         why = f"{first.series} shifted {first.rel_change:+.0%} at {iso(first.ts)}"
-        if not lasting and first is not shifts[0]:
-            why += " (every shift was taken back in part inside the window; this one left the most)"
+        if main and main[0] is not lasting[0]:
+            small = lasting[0]
+            why += (
+                f" (the earlier {small.series} shift of {small.rel_change:+.0%} at {iso(small.ts)} lasted, "
+                "at under half the size of the largest)"
+            )
+        elif not lasting and first is not shifts[0]:
+            why += (
+                " (every shift was taken back inside the window; this one left the most, or was the largest)"
+            )
         elif first is not shifts[0]:
             over = shifts[0]
             why += f" (the {over.series} shift of {over.rel_change:+.0%} at {iso(over.ts)} was taken back inside the window)"
@@ -137,14 +149,14 @@ def _left(every: list[Shift], shift: Shift, end: datetime) -> float:
 def _most_left(every: list[Shift], shifts: list[Shift], end: datetime) -> Shift:
     """When every episode was taken back (in part), the onset is the one that left the most of itself
     at the window's end: a minute's blip at the window's start that is wholly gone is no onset
-    beside a tail that fell back from +150 % to +30 %. The earliest when none left anything."""
+    beside a tail that fell back from +150 % to +30 %. When none left anything, the largest."""
 
     def left(s: Shift) -> float:
         size = _log_change(s.rel_change)
         return _left(every, s, end) * (1.0 if size > 0 else -1.0) if size else 0.0
 
     best = max(shifts, key=left)  # the earliest of equals
-    return best if left(best) > 0 else shifts[0]
+    return best if left(best) > 0 else max(shifts, key=lambda s: abs(_log_change(s.rel_change)))
 
 
 def _log_change(rel: float) -> float:

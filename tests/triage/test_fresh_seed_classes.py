@@ -16,7 +16,12 @@ physical reason:
 * a correlation of a dozen bins just over its cut left "leading" a mechanism the window showed whole
   (``--seed-base 1548210190``);
 * the end of a surge read as its onset: the generated-token rate fell with the request rate
-  (``--seed-base 1548210190``, ``1188800953``).
+  (``--seed-base 1548210190``, ``1188800953``);
+* a restart's completions read as traffic at a deploy, a TTFT median moved by prefills held back
+  behind long ones, and an onset on a blip when every episode was taken back
+  (``--seed-base 1796707440``);
+* a small lasting shift in a loose window's lead-in, or the earlier of two episodes that were both
+  taken back, read as the onset (``--seed-base 1923906917``).
 """
 
 from __future__ import annotations
@@ -284,3 +289,29 @@ def test_when_every_episode_was_taken_back_the_onset_is_the_one_that_left_most(t
     assert "left the most" in ev.onset.why
     assert result.top is row(result, "prefill_decode_interference")
     assert result.top.verification.verdict == "confirmed", result.top.verification.why
+
+
+def test_a_small_shift_that_lasted_in_the_lead_in_is_not_the_onset(tmp_path_factory):
+    """decode-thermal-throttle, loose window, seed 412371965 (``--seed-base 1923906917``): an ITL p95
+    shift of +20 % twelve minutes into the 66-minute window lasted (no fall before the next rise), so
+    it was the earliest lasting shift, the whole window was judged and the throttle's TPOT p50 read
+    1.12x. A lasting shift under half the size of the largest (log scale) is a one-minute p95's
+    wander, not the fault's start."""
+    ev, result = told(tmp_path_factory, "decode-thermal-throttle", "loose-window", 412371965)
+    assert ev.onset is not None and ev.onset.narrowed, ev.onset
+    assert "at under half the size of the largest" in ev.onset.why
+    decode = row(result, "decode_efficiency")
+    assert decode.verification.verdict == "confirmed", decode.verification.why
+    assert result.top is decode
+
+
+def test_when_no_episode_left_anything_the_onset_is_the_largest(tmp_path_factory):
+    """tail-interference-batch-tenant, loose window, seed 857799672 (``--seed-base 1923906917``):
+    the batch tenant's TTFT p95 shift (+72 %) and a lead-in ITL p95 shift (+34 %) were both taken
+    back wholly before the window's end; the onset fell on the earlier, an hour before the tenant, and
+    the long prompts were diluted to 0.18 % of requests against the row's 0.2 %."""
+    ev, result = told(tmp_path_factory, "tail-interference-batch-tenant", "loose-window", 857799672)
+    assert ev.onset is not None and ev.onset.narrowed and "TTFT p95" in ev.onset.why, ev.onset
+    tail = row(result, "prefill_decode_interference")
+    assert tail.verification.verdict == "confirmed", tail.verification.why
+    assert result.top is tail
