@@ -114,7 +114,7 @@ def _bench(tmp_path: Path, name: str, ttft_ms: float, n: int = 160, concurrency:
 def benches(tmp_path_factory):
     d = tmp_path_factory.mktemp("bench")
     return (
-        _bench(d, "slow.json", 150.0),
+        _bench(d, "slow.json", 400.0),
         _bench(d, "fast.json", 50.0),
         _bench(d, "other.json", 50.0, concurrency=8),
     )
@@ -124,9 +124,11 @@ def test_a_faster_first_token_measured_by_two_bench_runs(benches):
     slow, fast, _ = benches
     code, doc = as_json("compare", str(slow), str(fast))
     rows = {r["metric"]: r for r in doc["metrics"]}
-    for key in ("ttft_p50", "ttft_p95"):  # 150 ms -> 50 ms, the servers' set timing
+    # 400 ms -> 50 ms, the servers' set timing: far apart, so that a busy machine's stalls (which
+    # widen the fast run's tail and with it its p95's noise band) cannot close the gap
+    for key in ("ttft_p50", "ttft_p95"):
         assert rows[key]["status"] == "improved", rows[key]
-        assert 0.14 <= rows[key]["before"] <= 0.25 and 0.045 <= rows[key]["after"] <= 0.14
+        assert 0.39 <= rows[key]["before"] <= 0.6 and 0.045 <= rows[key]["after"] <= 0.3
     assert doc["before"]["noise"] == "order statistics of 160 requests"
     assert doc["before"]["values"]["ttft_p50"]["se"] > 0
     assert rows["queue_p95"]["status"] == "no data"  # a client does not see the server's queue

@@ -39,8 +39,16 @@ def invoke(*args: object):
 
 
 def wait_for_virtual(state: dict, v: float, deadline: float) -> None:
-    while L.virtual_now(state["urls"]["engine"]) < v + 2 * state["timing"]["scrape"]:
-        assert time.monotonic() < deadline, "the drill clock did not get there in time"
+    """Until the simulator's clock passes ``v`` and Prometheus holds its samples past it (two scrapes:
+    on a busy machine the scrapes fall behind the clock, and a window read before they catch up
+    judges its first minutes only)."""
+    scrape_v = state["timing"]["scrape"]
+    while (now := L.virtual_now(state["urls"]["engine"])) < v + 2 * scrape_v or (
+        L.scraped_through(state, now) or 0.0
+    ) < v + scrape_v:
+        assert time.monotonic() < deadline, (
+            "the drill clock, or Prometheus's scrapes, did not get there in time"
+        )
         time.sleep(1.0)
 
 
@@ -106,6 +114,7 @@ def test_chunked_prefill_off_then_on(tmp_path):
             "--set", "enable_chunked_prefill=true", "--set", "long_prefill_token_threshold=512",
         )  # fmt: skip
         assert fixed.exit_code == 0, fixed.output
+        print(fixed.output.strip())
         state = L.read_state(folder)
         fix_v = state["fixes"][-1]["v"]
         settle, after_s = state["timing"]["settle"], state["timing"]["after"]

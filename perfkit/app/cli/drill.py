@@ -323,6 +323,13 @@ def drill_status(name: str, out: str | None) -> None:
     plan = st.get("plan") or {}
     if v is not None:
         click.echo(f"drill clock: {L.iso_at(st, v)} (virtual second {v:.0f}, {st['speed']:g}x)")
+        scraped, scrape = got["scraped_v"], float(st["timing"]["scrape"])
+        if scraped is not None and v - scraped > 2 * scrape and not st.get("stopped"):
+            click.echo(
+                f"warning: Prometheus holds samples up to {L.iso_at(st, scraped)} only, {v - scraped:.0f} "
+                "virtual seconds behind the drill clock: its scrapes are late on this machine, so a window "
+                "that ends after that reads as quieter than it is; wait for them"
+            )
     if plan:
         p = st.get("params", {})
         click.echo(

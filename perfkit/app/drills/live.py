@@ -72,6 +72,7 @@ from perfkit.app.drills.live_state import (
     iso_at,
     loopback_url,
     read_state,
+    scraped_through,
     supervisor_facts,
     virtual_now,
     write_state,
@@ -378,6 +379,10 @@ def status(folder: Path) -> dict[str, Any]:
     if running.get("engine"):
         with contextlib.suppress(SourceError, ConfigError):
             out["v"] = virtual_now(state["urls"]["engine"])
+    out["scraped_v"] = None
+    if out["v"] is not None and running.get("prometheus"):
+        with contextlib.suppress(SourceError, ConfigError):
+            out["scraped_v"] = scraped_through(state, out["v"])
     loads = [alive for key, alive in running.items() if key.startswith("load")]
     until = state.get("load_until_v")
     out["load_stopped"] = (

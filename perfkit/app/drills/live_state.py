@@ -103,6 +103,23 @@ def virtual_now(engine_url: str) -> float:
     return float(m.group(1))
 
 
+def scraped_through(state: dict[str, Any], v_now: float) -> float | None:
+    """The virtual second of the newest sample Prometheus holds of the engine (the simulator's clock
+    gauge as last scraped), asked at the drill clock's ``v_now``; None when it holds none in the hour
+    before or cannot answer. On a busy machine Prometheus's scrapes (every 15 virtual seconds: half a
+    wall second at 30x) fall behind the clock, and a window read before they catch up is judged on its
+    first minutes only: its counters barely moved."""
+    import urllib.parse
+
+    prom = loopback_url(state.get("urls", {}).get("prometheus"), "refusing to query")
+    query = "max(max_over_time(perfkit_lab_servesim_virtual_seconds[1h]))"
+    q = urllib.parse.urlencode({"query": query, "time": f"{float(state['anchor']) + v_now:.3f}"})
+    status, text = http(f"{prom}/api/v1/query?{q}", timeout=5.0)
+    with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+        return float(json.loads(text)["data"]["result"][0]["value"][1]) if status == 200 else None
+    return None
+
+
 def stamp(state: dict[str, Any], v: float) -> datetime:
     """The drill-clock time of virtual second ``v``."""
     return datetime.fromtimestamp(state["anchor"] + v, UTC)
