@@ -308,6 +308,7 @@ def test_the_constants_are_the_gates():
         )
 
 
+@pytest.mark.slow
 def test_a_windows_standard_error_is_the_spread_of_other_seeds(tmp_path):
     """Calibration: one window's standard error against the spread of the same window over six
     seeds of a healthy service (15-minute runs, 7-minute windows). A missing sqrt(blocks), blocks

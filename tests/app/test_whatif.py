@@ -50,6 +50,7 @@ def fix_sweep() -> dict:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_bundle_supplies_the_engine_and_says_where_each_field_came_from(fix_sweep):
     base = fix_sweep["base"]
     # incident.yaml: llama-3.1-70b-instruct on "NVIDIA H100 80GB HBM3" (aliases of the tables' keys)
@@ -67,6 +68,7 @@ def test_the_bundle_supplies_the_engine_and_says_where_each_field_came_from(fix_
     assert fix_sweep["usd_per_gpu_hour"] == 2.5
 
 
+@pytest.mark.slow
 def test_the_json_contract(fix_sweep):
     assert len(fix_sweep["configs"]) == 4 and len(fix_sweep["runs"]) == 4
     for r in fix_sweep["configs"]:
@@ -75,6 +77,7 @@ def test_the_json_contract(fix_sweep):
     assert sum(r["best"] for r in fix_sweep["configs"]) == 1
 
 
+@pytest.mark.slow
 def test_chunked_prefill_alone_keeps_the_tail_and_the_threshold_cuts_it(fix_sweep):
     """Physics of the §5.3 case on Llama-3.1-70B / 4x H100: 1 % of the demo's prompts are 20k-40k
     tokens, whose whole prefill is 2 * 70e9 * 30e3 FLOPs at 50 % of 4 x 989 TFLOP/s = ~2 s; a short
@@ -95,6 +98,7 @@ def test_chunked_prefill_alone_keeps_the_tail_and_the_threshold_cuts_it(fix_swee
     assert fixed["tpot_p95_ms"] <= off["tpot_p95_ms"] * 1.05  # decodes no longer wait out long prefills
 
 
+@pytest.mark.slow
 def test_cost_is_the_gpu_hours_over_the_tokens(fix_sweep):
     """$2.5 x 4 GPUs per hour over the output tokens of an hour at the run's throughput."""
     for r in fix_sweep["configs"]:
@@ -102,6 +106,7 @@ def test_cost_is_the_gpu_hours_over_the_tokens(fix_sweep):
         assert r["usd_per_million_tokens"] == pytest.approx(per_hour / (r["output_throughput"] * 3600) * 1e6)
 
 
+@pytest.mark.slow
 def test_runs_are_faster_than_real_time(fix_sweep):
     """The issue's target: 8 configs x 10 simulated minutes in under 60 s, i.e. 80x real time; each
     run here must clear it alone with room for a slower machine (benchmarks/whatif_bench.py times it)."""

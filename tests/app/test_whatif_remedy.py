@@ -37,6 +37,7 @@ def demo():
     return _predict("p95-prefill-interference", ["prefill_decode_interference"])
 
 
+@pytest.mark.slow
 def test_chunked_prefill_is_predicted_to_halve_the_tail_at_the_same_throughput(demo):
     """Issue 26's done-when: with the recommended settings (budget 2048, 512-token cap) the predicted
     TTFT p95 is at most half the replay as it was, output throughput at least 0.95x."""
@@ -49,6 +50,7 @@ def test_chunked_prefill_is_predicted_to_halve_the_tail_at_the_same_throughput(d
     assert "→" in demo.summary() and "helps" in demo.summary()
 
 
+@pytest.mark.slow
 def test_the_prediction_matches_the_bundle_recorded_after_the_fix(demo):
     """p95-prefill-interference-chunked is the same traffic served with the fix: its TTFT p95 against
     the predicted one, within the 25 % the issue holds a reproduction to."""

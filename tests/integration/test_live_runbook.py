@@ -82,6 +82,7 @@ def findings(result):
     return findings_from_notebook(json.loads(result.notebook.read_text()))
 
 
+@pytest.mark.slow
 def test_runbook_on_live_prometheus_matches_the_bundle(prometheus, tmp_path, monkeypatch):
     monkeypatch.setenv("PROM_TOKEN", CANARY)
     params = {

@@ -72,6 +72,7 @@ def test_promtool_accepts_the_openmetrics(tmp_path):
         assert any(out.iterdir())
 
 
+@pytest.mark.slow
 def test_embedded_bundle_is_the_generators_output(tmp_path):
     """data/scenarios is not hand-edited: regenerating reproduces it byte for byte."""
     from pathlib import Path

@@ -210,6 +210,7 @@ def test_allow_invalid_is_one_name_and_force_a_deprecated_alias(tmp_path: Path, 
     assert "-o, --out FILE" in run("gate", "--help").output
 
 
+@pytest.mark.slow
 def test_a_result_full_of_empty_objects_is_refused_within_1_gb(tmp_path: Path) -> None:
     """M10: a 120 MB result of ``{}`` (under the 128 MiB cap) took 3.2 GB for gate; now refused
     by its value count before anything is built. Measured in a child process (its peak RSS)."""

@@ -145,6 +145,7 @@ def test_training_postmortem_speaks_in_the_jobs_terms(case, request):
     assert {d["id"] for d in apart} == SERVING_ROWS and {d["about"] for d in apart} == {"serving"}
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 def test_inference_postmortem_keeps_training_rows_out_of_its_trail(tmp_path_factory):
     pm = _run(tmp_path_factory, "inference_latency", "p95-prefill-interference")

@@ -51,6 +51,7 @@ def test_trtllm_without_queue_gauges_confirms_a_surge_by_littles_law(tmp_path):
     assert any("Little's law" in m for m in result.missing)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", ["sglang", "trtllm", "trtllm-1.1"])
 def test_a_healthy_service_confirms_nothing_in_any_engine(tmp_path, dialect):
     result = triage_bundle(told("healthy-busy-evening", dialect, tmp_path / "b"))

@@ -58,6 +58,7 @@ def row(result, direction: str):
     return next(r for r in result.results if r.row.direction == direction)
 
 
+@pytest.mark.slow
 def test_an_episode_taken_back_inside_a_loose_window_is_not_its_onset(tmp_path_factory):
     ev, result = told(tmp_path_factory, "decode-thermal-throttle", "loose-window", 717113935)
     first = min(x.ts for x in ev.release.shifts if x.degrading)
@@ -69,6 +70,7 @@ def test_an_episode_taken_back_inside_a_loose_window_is_not_its_onset(tmp_path_f
     assert result.confirmed()[0].row.direction == "decode_efficiency"
 
 
+@pytest.mark.slow
 def test_a_token_slower_than_the_extra_work_explains_is_confirmed(tmp_path_factory):
     ev, result = told(tmp_path_factory, "decode-thermal-throttle", "base", 1339400151)
     p50, prompt = ev.ratio(ev.per_token(), 0.5), ev.rate_ratio("prompt_tokens_per_s")
@@ -80,6 +82,7 @@ def test_a_token_slower_than_the_extra_work_explains_is_confirmed(tmp_path_facto
     )
 
 
+@pytest.mark.slow
 def test_a_surge_whose_rate_shift_lags_the_deploy_still_muddies_it(tmp_path_factory):
     ev, result = told(tmp_path_factory, "surge-overlapping-deploy", "loose-window", 1742809747)
     rate = [x for x in ev.release.shifts if x.series == "requests/s"]
@@ -133,6 +136,7 @@ def test_a_full_kv_cache_slows_prefill_only_by_preempting_or_evicting(preemption
     assert out.verdict == verdict, out.why
 
 
+@pytest.mark.slow
 def test_a_confirmed_direction_outranks_a_strong_suspicion(tmp_path_factory):
     """tail-interference-batch-tenant, loose window, seed 391997412 (``--seed-base 742315342``): the
     decoy deploy's TTFT p95 shift scored high but stayed inconclusive (a tail shift is what long
@@ -144,6 +148,7 @@ def test_a_confirmed_direction_outranks_a_strong_suspicion(tmp_path_factory):
     assert result.top is tail
 
 
+@pytest.mark.slow
 def test_a_deploy_among_long_prompts_is_not_blamed_for_their_queued_prefills(tmp_path_factory):
     """tail-interference-batch-tenant on a shared fleet, seed 1936743224 (``--seed-base
     2061430524``): the batch tenant's long prompts came with the harmless v5.1.3 deploy, the prefills
@@ -160,6 +165,7 @@ def test_a_deploy_among_long_prompts_is_not_blamed_for_their_queued_prefills(tmp
     assert result.top is row(result, "prefill_decode_interference")
 
 
+@pytest.mark.slow
 def test_a_barely_clearing_correlation_does_not_cast_doubt_on_the_mechanism(tmp_path_factory):
     """tail-interference-batch-tenant on a shared fleet, seed 1943517649 (``--seed-base
     1548210190``): the stalls appeared with the long prompts against a baseline without either, on an
@@ -238,6 +244,7 @@ def test_an_episode_is_over_when_its_series_took_back_half_of_it():
     assert _lasting([crash], crash, end)
 
 
+@pytest.mark.slow
 def test_a_restarts_completions_are_no_traffic_at_the_deploy(tmp_path_factory):
     """release-regression-prefill, restart, seed 1390625237 (``--seed-base 1796707440``): the deploy
     restarted the server and the requests that arrived while it was down completed in a burst; the
@@ -253,6 +260,7 @@ def test_a_restarts_completions_are_no_traffic_at_the_deploy(tmp_path_factory):
     assert result.top is deploy
 
 
+@pytest.mark.slow
 def test_a_median_moved_by_held_back_prefills_is_still_fine(tmp_path_factory):
     """tail-interference-batch-tenant, seed 72660579 (``--seed-base 1796707440``, wrong in three
     variants): without chunked prefill the batch tenant's long prefills held back the requests that
@@ -277,6 +285,7 @@ def test_a_slower_engine_moves_the_median_of_the_requests_not_held_back():
     assert ev.ttft_median_ratio(unheld=True) > 1.3 * 1.5
 
 
+@pytest.mark.slow
 def test_when_every_episode_was_taken_back_the_onset_is_the_one_that_left_most(tmp_path_factory):
     """tail-interference-batch-tenant, loose window, seed 1326608547 (``--seed-base 1796707440``):
     the batch tenant's TTFT p95 shift (+152 %) fell back by half on a log scale before the window's
@@ -291,6 +300,7 @@ def test_when_every_episode_was_taken_back_the_onset_is_the_one_that_left_most(t
     assert result.top.verification.verdict == "confirmed", result.top.verification.why
 
 
+@pytest.mark.slow
 def test_a_small_shift_that_lasted_in_the_lead_in_is_not_the_onset(tmp_path_factory):
     """decode-thermal-throttle, loose window, seed 412371965 (``--seed-base 1923906917``): an ITL p95
     shift of +20 % twelve minutes into the 66-minute window lasted (no fall before the next rise), so
@@ -305,6 +315,7 @@ def test_a_small_shift_that_lasted_in_the_lead_in_is_not_the_onset(tmp_path_fact
     assert result.top is decode
 
 
+@pytest.mark.slow
 def test_when_no_episode_left_anything_the_onset_is_the_largest(tmp_path_factory):
     """tail-interference-batch-tenant, loose window, seed 857799672 (``--seed-base 1923906917``):
     the batch tenant's TTFT p95 shift (+72 %) and a lead-in ITL p95 shift (+34 %) were both taken
