@@ -15,6 +15,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from live_drills import wait_for_virtual
 from servers import require_binary
 from test_drills import ID_OF, grep_folder, prometheus_serves_the_bundle, spoilers
 
@@ -28,19 +29,6 @@ SEED = 7
 
 def invoke(*args: str):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def wait_for_virtual(state: dict, v: float, deadline: float) -> None:
-    """Until the simulator's clock passes ``v`` and Prometheus holds its samples past it (a busy
-    machine's scrapes fall behind the clock)."""
-    scrape_v = state["timing"]["scrape"]
-    while (now := L.virtual_now(state["urls"]["engine"])) < v + 2 * scrape_v or (
-        L.scraped_through(state, now) or 0.0
-    ) < v + scrape_v:
-        assert time.monotonic() < deadline, (
-            "the drill clock, or Prometheus's scrapes, did not reach the window's end in time"
-        )
-        time.sleep(1.0)
 
 
 def live_triage(params: dict) -> dict:

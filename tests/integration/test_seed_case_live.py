@@ -21,6 +21,7 @@ import urllib.parse
 
 import pytest
 from click.testing import CliRunner
+from live_drills import wait_for_virtual
 from servers import require_binary
 from test_drills import ID_OF
 
@@ -36,20 +37,6 @@ DEADLINE_S = 200.0
 
 def invoke(*args: object):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def wait_for_virtual(state: dict, v: float, deadline: float) -> None:
-    """Until the simulator's clock passes ``v`` and Prometheus holds its samples past it (two scrapes:
-    on a busy machine the scrapes fall behind the clock, and a window read before they catch up
-    judges its first minutes only)."""
-    scrape_v = state["timing"]["scrape"]
-    while (now := L.virtual_now(state["urls"]["engine"])) < v + 2 * scrape_v or (
-        L.scraped_through(state, now) or 0.0
-    ) < v + scrape_v:
-        assert time.monotonic() < deadline, (
-            "the drill clock, or Prometheus's scrapes, did not get there in time"
-        )
-        time.sleep(1.0)
 
 
 def promql(state: dict, query: str, at_v: float) -> float:
