@@ -78,6 +78,8 @@ def test_the_newest_scraped_second_is_asked_at_the_drill_clock(prometheus):
             json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}),
         ),  # no samples
         (200, vector("NaN-ish")),
+        (200, vector("-Inf")),  # Prometheus's own spelling: no second to print
+        (200, vector("NaN")),
         (200, json.dumps({"data": None})),
     ],
 )

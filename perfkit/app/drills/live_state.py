@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -116,7 +117,8 @@ def scraped_through(state: dict[str, Any], v_now: float) -> float | None:
     q = urllib.parse.urlencode({"query": query, "time": f"{float(state['anchor']) + v_now:.3f}"})
     status, text = http(f"{prom}/api/v1/query?{q}", timeout=5.0)
     with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-        return float(json.loads(text)["data"]["result"][0]["value"][1]) if status == 200 else None
+        v = float(json.loads(text)["data"]["result"][0]["value"][1]) if status == 200 else math.nan
+        return v if math.isfinite(v) else None
     return None
 
 
