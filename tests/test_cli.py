@@ -156,6 +156,7 @@ def test_open_writes_a_parameterized_copy(tmp_path):
     assert 'start = "2026-11-18T13:50:00Z"' in src and "release-regression" in src
 
 
+@pytest.mark.slow
 def test_triage_on_a_fleet_lists_the_workloads_and_the_scope_to_use(tmp_path):
     from fleet import HOST, MODEL, OTHER_MODEL, fleet_bundle
 

@@ -57,6 +57,7 @@ def test_canary_never_reaches_out_even_when_user_code_prints_it(tmp_path, monkey
     assert "[redacted]" in result.notebook.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 def test_canary_in_environment_does_not_leak_from_the_runbook(tmp_path, monkeypatch):
     monkeypatch.setenv("PROM_TOKEN", CANARY)

@@ -245,6 +245,7 @@ def test_a_broken_after_bundle_is_said_in_the_section(tmp_path):
     assert verify_fix(ctx).finding.status == "error"
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 def test_the_runbook_records_the_verdict(tmp_path):
     from perfkit.app.runner.run import execute

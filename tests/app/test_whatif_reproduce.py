@@ -57,6 +57,7 @@ def calibrated(demo_base):
     return reproduce(DEMO, demo_base, seed=0)
 
 
+@pytest.mark.slow
 def test_both_windows_are_replayed_and_every_error_follows_from_its_row(demo):
     windows = {r["window"] for r in demo.rows}
     assert windows == {"incident", "baseline"}
@@ -67,6 +68,7 @@ def test_both_windows_are_replayed_and_every_error_follows_from_its_row(demo):
     assert {"ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "running_avg", "generated_tokens_per_s"} <= metrics
 
 
+@pytest.mark.slow
 def test_the_trust_verdict_names_every_number_outside_its_tolerance(demo):
     incident = {r["metric"]: r for r in demo.rows if r["window"] == "incident"}
     outside = [m for m, tol in TOLERANCE.items() if abs(incident[m]["error"]) > tol]
@@ -75,6 +77,7 @@ def test_the_trust_verdict_names_every_number_outside_its_tolerance(demo):
         assert any(w.startswith(m) for w in demo.why)
 
 
+@pytest.mark.slow
 def test_the_reproduction_answers_to_the_engine_it_replays(demo, demo_base):
     """Twice the tensor parallelism streams the weights from twice the HBM: simulated decode gets
     faster, and the observed side does not move."""
@@ -106,6 +109,7 @@ def _error(rep, window, metric):
     return next(r for r in rep.rows if (r["window"], r["metric"]) == (window, metric))
 
 
+@pytest.mark.slow
 def test_the_calibrated_replay_reproduces_the_incident_within_the_issues_tolerances(calibrated, demo):
     """Fitted: TTFT p50 and p95, TPOT p50 of each window. Not fitted, and checked here: the TPOT p95
     and the generated tokens/s of the incident (the traffic's lengths pinned by the histograms'
@@ -124,6 +128,7 @@ def test_the_calibrated_replay_reproduces_the_incident_within_the_issues_toleran
     assert abs(_error(calibrated, cross, "tpot_p50_ms")["error"]) <= 0.15
 
 
+@pytest.mark.slow
 def test_each_calibration_says_its_scales_and_rounds_and_stays_in_bounds(calibrated):
     from perfkit.app.whatif.calibrate import MAX_ROUNDS, TARGETS
 

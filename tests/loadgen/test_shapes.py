@@ -397,6 +397,7 @@ def surge(tmp_path_factory):
     return out, spec, records[:, 0], records[:, 0] + records[:, 4]
 
 
+@pytest.mark.slow
 def test_bundle_replay_recovers_arrivals_when_the_server_fell_behind(surge):
     """Servers count requests when they finish; during a surge the queue grows, so finished
     requests undercount the traffic. The replay adds the backlog's growth back."""

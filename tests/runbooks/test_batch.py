@@ -13,6 +13,7 @@ pytestmark = pytest.mark.notebook
 SCENARIOS = Path(__file__).resolve().parents[2] / "data" / "scenarios"
 
 
+@pytest.mark.slow
 def test_batch_runs_the_rest_when_one_fails(tmp_path):
     f = tmp_path / "incidents.yaml"
     f.write_text(

@@ -156,6 +156,7 @@ def test_a_signal_interrupts_the_cell_and_the_partial_record_is_scrubbed(tmp_pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no staging left
 
 
+@pytest.mark.slow
 def test_a_cell_that_ignores_sigint_is_stopped_after_the_grace_period(tmp_path, tiny):
     proc = _start_in_cell(tmp_path, tiny, "sleep_s=300", "ignore_sigint=true")
     t0 = time.monotonic()
@@ -252,6 +253,7 @@ def _dead_port() -> int:
         return s.getsockname()[1]  # closed when we return: nothing listens there
 
 
+@pytest.mark.slow
 def test_an_unreachable_metrics_server_or_an_invalid_start_is_a_failure(tmp_path):
     """Row 10: Prometheus unreachable, or an invalid start, gave exit 0 and 'ok'."""
     env = _env(tmp_path)
@@ -306,6 +308,7 @@ def test_the_current_folder_as_output(tmp_path, tiny):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "tiny.ipynb", "tmpdir"]
 
 
+@pytest.mark.slow
 def test_live_parameters_never_fall_back_to_the_default_bundle(tmp_path):
     """Review of row 10: `-p prometheus_url=` (or a batch entry without bundle) ran on the demo bundle."""
     env = _env(tmp_path)

@@ -41,6 +41,7 @@ def test_sglang_long_prompt_tenant_is_read_from_its_prefill_batches(tmp_path):
     assert result.engine == {"name": "sglang", "title": "SGLang", "version": None}
 
 
+@pytest.mark.slow
 def test_trtllm_without_queue_gauges_confirms_a_surge_by_littles_law(tmp_path):
     """TensorRT-LLM 1.1 exports five metrics and no waiting gauge: the mean number waiting is the
     arrival rate times the mean queue time."""
