@@ -48,16 +48,21 @@ servers:
 	  fi; \
 	fi
 
-# `make test` leaves out the tests marked slow (each a live drill of ~2-3 minutes); `make test-all`
-# (what CI runs) takes them too, and the mutation check.
+# `make test` leaves out the tests marked slow (live drills, the heaviest simulations) and runs the
+# rest on JOBS processes (pytest-xdist; a test file stays on one, so its module fixtures are built
+# once): the suite is CPU-bound in one process, and two halve it on a 2-core machine. JOBS=0 runs
+# them in this process. `make test-all` (what CI runs) adds the slow tests, one at a time (a live
+# drill needs the CPUs to itself to keep its clock), and the mutation check.
 MARKS ?= not slow
+JOBS ?= 2
 test: servers lint
-	PATH=$(BIN):$$PATH $(PY) -m pytest -q -p no:cacheprovider -m "$(MARKS)" tests
+	PATH=$(BIN):$$PATH $(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile -m "$(MARKS)" tests
 
 # test-all adds the mutation check: each named wrong version of a detector, the gate, the pacing or
 # the trace reader must fail its tests (tests/mutation/run_mutations.py, run in a copy of the tree).
 test-all:
-	$(MAKE) test MARKS="slow or not slow"
+	$(MAKE) test
+	PATH=$(BIN):$$PATH $(PY) -m pytest -q -p no:cacheprovider -m slow tests
 	PATH=$(BIN):$$PATH $(PY) tests/mutation/run_mutations.py
 
 scenarios: $(STAMP)

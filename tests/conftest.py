@@ -98,8 +98,16 @@ def _skip_reason(report) -> str:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail"):  # the marker travels with the report
+        report.user_properties.append(("perfkit_needs", _needs(item) or ""))
+
+
+def pytest_runtest_logreport(report):
+    """Skips are counted where reports are logged: in the one process, or in the controller of
+    ``pytest -n N`` (``make test``), which sees every worker's reports."""
     if report.skipped and not hasattr(report, "wasxfail"):
-        _SKIPS.append((report.nodeid, _skip_reason(report), _needs(item)))
+        needs = dict(report.user_properties).get("perfkit_needs") or None
+        _SKIPS.append((report.nodeid, _skip_reason(report), needs))
 
 
 def pytest_collectreport(report):
@@ -116,8 +124,8 @@ def pytest_sessionfinish(session, exitstatus):
     """In CI (PERFKIT_REQUIRE_INTEGRATION=1) a skipped test fails the run unless marked needs(...)."""
     import os
 
-    if os.environ.get("PERFKIT_REQUIRE_INTEGRATION") != "1":
-        return
+    if os.environ.get("PERFKIT_REQUIRE_INTEGRATION") != "1" or hasattr(session.config, "workerinput"):
+        return  # not CI, or an xdist worker: its controller judges every worker's skips
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter and _SKIPS:
         reporter.ensure_newline()
