@@ -323,8 +323,8 @@ def drill_status(name: str, out: str | None) -> None:
     plan = st.get("plan") or {}
     if v is not None:
         click.echo(f"drill clock: {L.iso_at(st, v)} (virtual second {v:.0f}, {st['speed']:g}x)")
-        scraped, scrape = got["scraped_v"], float(st["timing"]["scrape"])
-        if scraped is not None and v - scraped > 2 * scrape and not st.get("stopped"):
+        scraped = got["scraped_v"]
+        if scraped is not None and not st.get("stopped") and v - scraped > 2 * float(st["timing"]["scrape"]):
             click.echo(
                 f"warning: Prometheus holds samples up to {L.iso_at(st, scraped)} only, {v - scraped:.0f} "
                 "virtual seconds behind the drill clock: its scrapes are late on this machine, so a window "

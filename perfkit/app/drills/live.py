@@ -69,6 +69,7 @@ from perfkit.app.drills.live_state import (
     _spawn,
     _start_load,
     http,
+    instant_query,
     iso_at,
     loopback_url,
     read_state,
@@ -258,16 +259,11 @@ _DONE = re.compile(rf"^(?:{_names(('counters', 'request_success'))})\{{[^}}]*\}}
 
 def _wait_first_sample(state: dict[str, Any]) -> None:
     """Until Prometheus answers a query for the engine's series at the drill clock's now."""
-    import urllib.parse
-
     prom, engine = state["urls"]["prometheus"], state["urls"]["engine"]
     deadline = time.monotonic() + FIRST_SCRAPE_S
     query = f'count({{job="engine",__name__=~"{_ENGINE_FAMILIES}"}})'
     while time.monotonic() < deadline:
-        at = state["anchor"] + virtual_now(engine)
-        q = urllib.parse.urlencode({"query": query, "time": f"{at:.3f}"})
-        status, text = http(f"{prom}/api/v1/query?{q}", timeout=2.0)
-        if status == 200 and json.loads(text).get("data", {}).get("result"):
+        if instant_query(state, query, virtual_now(engine), timeout=2.0):
             return
         time.sleep(0.05)
     raise SourceError(

@@ -104,20 +104,33 @@ def virtual_now(engine_url: str) -> float:
     return float(m.group(1))
 
 
+def instant_query(state: dict[str, Any], query: str, at_v: float, timeout: float = 5.0) -> list[Any] | None:
+    """The result of PromQL ``query`` on the drill's Prometheus at virtual second ``at_v`` (the drill
+    clock: samples are stamped ``anchor + v``); None when it answers with an error status or no result
+    list."""
+    import urllib.parse
+
+    prom = loopback_url(state.get("urls", {}).get("prometheus"), "refusing to query")
+    q = urllib.parse.urlencode({"query": query, "time": f"{float(state['anchor']) + at_v:.3f}"})
+    status, text = http(f"{prom}/api/v1/query?{q}", timeout=timeout)
+    if status != 200:
+        return None
+    try:
+        result = json.loads(text)["data"]["result"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return result if isinstance(result, list) else None
+
+
 def scraped_through(state: dict[str, Any], v_now: float) -> float | None:
     """The virtual second of the newest sample Prometheus holds of the engine (the simulator's clock
     gauge as last scraped), asked at the drill clock's ``v_now``; None when it holds none in the hour
     before or cannot answer. On a busy machine Prometheus's scrapes (every 15 virtual seconds: half a
     wall second at 30x) fall behind the clock, and a window read before they catch up is judged on its
     first minutes only: its counters barely moved."""
-    import urllib.parse
-
-    prom = loopback_url(state.get("urls", {}).get("prometheus"), "refusing to query")
-    query = "max(max_over_time(perfkit_lab_servesim_virtual_seconds[1h]))"
-    q = urllib.parse.urlencode({"query": query, "time": f"{float(state['anchor']) + v_now:.3f}"})
-    status, text = http(f"{prom}/api/v1/query?{q}", timeout=5.0)
+    result = instant_query(state, "max(max_over_time(perfkit_lab_servesim_virtual_seconds[1h]))", v_now)
     with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-        v = float(json.loads(text)["data"]["result"][0]["value"][1]) if status == 200 else math.nan
+        v = float(result[0]["value"][1]) if result else math.nan
         return v if math.isfinite(v) else None
     return None
 
