@@ -9,6 +9,10 @@ of a move::
     python benchmarks/fingerprint.py -o before.json      # on the old layout
     python benchmarks/fingerprint.py -o after.json       # on the new one
     python benchmarks/fingerprint.py --compare before.json after.json
+
+``--bundles DIR`` fingerprints the triage JSON alone of every bundle under ``DIR`` (any depth: e.g. the
+variants and dialects ``benchmarks/triage_accuracy.py --variants --dialect ... --out DIR`` kept), so a
+change to the triage table is checked on held-out-style tellings too, not only the embedded ones.
 """
 
 from __future__ import annotations
@@ -86,6 +90,29 @@ def fingerprint(jobs: int) -> dict:
     return out
 
 
+def triage_fingerprint(root: Path) -> dict:
+    """The triage JSON of every bundle under ``root`` (in this process: the public ``triage_bundle``)."""
+    from perfkit.triage import triage_bundle
+
+    out: dict = {}
+    for inc in sorted(root.rglob("incident.yaml")):
+        name = str(inc.parent.relative_to(root))
+        try:
+            out[name] = {"triage": _clean(triage_bundle(inc.parent).to_json(), str(root))}
+        except Exception as exc:  # a crash is part of the fingerprint
+            out[name] = {"triage": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
+def _diff(x, y, path: str) -> list[str]:
+    """Where two fingerprints differ: the paths of the first differing leaves, with both values."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        return [d for k in sorted(set(x) | set(y), key=str) for d in _diff(x.get(k), y.get(k), f"{path}.{k}")]
+    if isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+        return [d for i, (u, v) in enumerate(zip(x, y, strict=True)) for d in _diff(u, v, f"{path}[{i}]")]
+    return [] if x == y else [f"{path}: {str(x)[:120]!r} -> {str(y)[:120]!r}"]
+
+
 def compare(a: dict, b: dict) -> int:
     bad = 0
     for name in sorted(set(a) | set(b)):
@@ -93,7 +120,7 @@ def compare(a: dict, b: dict) -> int:
             x, y = (a.get(name) or {}).get(part), (b.get(name) or {}).get(part)
             if x != y:
                 bad += 1
-                print(f"{name}: {part} differs")
+                print(f"{name}: {part} differs: {'; '.join(_diff(x, y, part)[:4])}")
     print(f"{len(set(a) | set(b))} scenarios, {bad} differences")
     return 1 if bad else 0
 
@@ -103,10 +130,11 @@ def main() -> int:
     ap.add_argument("-o", "--out", type=Path)
     ap.add_argument("-j", "--jobs", type=int, default=2)
     ap.add_argument("--compare", nargs=2, type=Path)
+    ap.add_argument("--bundles", type=Path, help="triage JSON only, of every bundle under this folder")
     args = ap.parse_args()
     if args.compare:
         return compare(*(json.loads(p.read_text()) for p in args.compare))
-    data = fingerprint(args.jobs)
+    data = triage_fingerprint(args.bundles) if args.bundles else fingerprint(args.jobs)
     text = json.dumps(data, indent=1, sort_keys=True)
     if args.out:
         args.out.write_text(text)

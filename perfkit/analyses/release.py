@@ -106,6 +106,12 @@ class Shift:
         """At least half the shift is still there in the incident window (:data:`PERSIST_SHARE`)."""
         return self.persisted is None or self.persisted >= PERSIST_SHARE
 
+    @property
+    def counts(self) -> bool:
+        """The shift can blame the deploy it starts at: it degrades, left the series' baseline level
+        and is still there in the incident window."""
+        return self.degrading and self.from_baseline and self.persists
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "series": self.series,
@@ -120,6 +126,19 @@ class Shift:
             "score": None if self.score is None else round(self.score, 2),
             "persisted": None if self.persisted is None else round(self.persisted, 3),
         }
+
+
+def at_deploy(shift: Shift, deploy_ts: str | None) -> bool:
+    """Whether ``shift`` starts at the deploy of ISO time ``deploy_ts`` (aligned to it)."""
+    return (
+        deploy_ts is not None and shift.aligned_event is not None and shift.aligned_event["ts"] == deploy_ts
+    )
+
+
+def blamed_on(shift: Shift, suspect: dict[str, Any] | None) -> bool:
+    """Whether ``shift`` is one the suspect deploy is blamed for: it starts at the deploy and its
+    series is among the suspect's."""
+    return suspect is not None and at_deploy(shift, suspect["ts"]) and shift.series in suspect["series"]
 
 
 @dataclass
@@ -291,7 +310,7 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
             sh.degrading = not _demand_fell(sh, shifts, tolerance)
     scores: dict[str, tuple[float, dict[str, Any], list[str]]] = {}
     for sh in shifts:
-        if sh.degrading and sh.aligned_event and sh.from_baseline and sh.persists and sh.ts >= span.start:
+        if sh.aligned_event and sh.counts and sh.ts >= span.start:
             key = f"{sh.aligned_event['ts']}|{sh.aligned_event['version']}"
             total, ev, names = scores.get(key, (0.0, sh.aligned_event, []))
             scores[key] = (total + abs(float(np.log1p(sh.rel_change))), ev, [*names, sh.series])
@@ -301,14 +320,7 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
         suspect = {**ev, "series": names, "score": round(total, 3)}
     cleared = []
     for e in suspects:
-        hit = any(
-            sh.aligned_event
-            and sh.aligned_event["ts"] == iso(e["ts"])
-            and sh.degrading
-            and sh.from_baseline
-            and sh.persists
-            for sh in shifts
-        )
+        hit = any(at_deploy(sh, iso(e["ts"])) and sh.counts for sh in shifts)
         if not hit and span.start <= e["ts"] <= span.end:
             cleared.append(
                 {

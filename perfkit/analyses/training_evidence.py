@@ -31,6 +31,7 @@ import polars as pl
 from perfkit.analyses.mfu import training_throughput
 from perfkit.core.frames import Window
 from perfkit.core.incident import Incident
+from perfkit.core.ratios import MAD_TO_SD
 from perfkit.engine import ops
 from perfkit.engine import signals as S
 
@@ -47,7 +48,6 @@ MIN_SCRAPE_S = 15.0
 MAX_GRID_POINTS = 2000
 """At most 2000 points per series in a window (a day at 15 s is 5760; Prometheus refuses a range
 query past 11,000): longer windows are read on a coarser grid."""
-MAD_TO_SD = 1.4826  # MAD x 1.4826 estimates the SD of normal noise
 
 
 @dataclass

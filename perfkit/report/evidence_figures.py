@@ -10,18 +10,7 @@ import polars as pl
 from perfkit.core.frames import Window
 from perfkit.report import figures
 from perfkit.triage.evidence import Evidence
-
-TITLES = {
-    "prefill_decode_interference": "Long-prompt arrivals vs ITL stalls (per 2 min)",
-    "release_regression": "Shift at the suspect deploy",
-    "scheduler_queueing": "Queue length vs running batch",
-    "decode_efficiency": "Time per output token vs batch size",
-    "kv_cache_allocation": "Prefill time, prefix-cache hits and KV-cache usage",
-    "memory_oversubscription": "KV-cache usage and GPU memory around the out-of-memory crashes",
-    "data_pipeline": "Data wait of the slowest rank vs step time, and the busiest CPU",
-    "network_communication": "Exposed communication vs step time",
-    "training_instability": "Training loss against the baseline",
-}
+from perfkit.triage.rows import BY_DIRECTION
 
 
 class _Marks(TypedDict):
@@ -30,18 +19,6 @@ class _Marks(TypedDict):
     window: Window
     baseline: Window | None
     events: Sequence[Mapping[str, Any]]
-
-
-#: the y-axis title of each direction whose figure is a time series of ``evidence_series``
-YTITLES = {
-    "scheduler_queueing": "requests",
-    "decode_efficiency": "ms / requests",
-    "kv_cache_allocation": "percent / s x100",
-    "memory_oversubscription": "percent",
-    "data_pipeline": "seconds",
-    "network_communication": "seconds",
-    "training_instability": "loss",
-}
 
 
 def evidence_figure(
@@ -54,10 +31,13 @@ def evidence_figure(
 ) -> Any:
     """A plotly figure for ``direction``'s evidence, or None when the direction has none to draw.
 
-    ``series`` is what ``perfkit.analyses.evidence_series.evidence_series`` computed for it
-    (None for the directions whose evidence is already in ``ev``).
+    ``series`` is what its row's figure function (:attr:`perfkit.triage.row_types.Row.figure`)
+    computed for it (None for the directions whose evidence is already in ``ev``).
     """
-    title = TITLES.get(direction, direction)
+    figure = BY_DIRECTION[direction].figure
+    if figure is None:
+        return None
+    title = figure.title
     kw: _Marks = {"window": window, "baseline": baseline, "events": events}
     if direction == "prefill_decode_interference":
         it = ev.interference
@@ -74,6 +54,6 @@ def evidence_figure(
     if direction == "release_regression":
         rel = {k: v for k, v in ev.release.series.items() if k.startswith(("TTFT", "ITL", "TPOT", "E2E"))}
         return figures.timeseries(rel, title=title, ytitle="seconds", log_y=True, **kw)
-    if direction in YTITLES and series is not None:
-        return figures.timeseries(series, title=title, ytitle=YTITLES[direction], **kw)
+    if figure.series is not None and series is not None:
+        return figures.timeseries(series, title=title, ytitle=figure.ytitle or "", **kw)
     return None

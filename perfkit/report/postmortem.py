@@ -15,25 +15,8 @@ from perfkit.analyses.stages import StageBreakdown
 from perfkit.core.findings import ActionItem, PostmortemModel, Table, TimelineRow
 from perfkit.core.frames import iso
 from perfkit.core.incident import Incident
-from perfkit.triage import thresholds as T
 from perfkit.triage.table import TriageResult
 from perfkit.triage.workload_notes import about_rows
-
-DETECT_ACTIONS = {
-    "prefill_decode_interference": "alert on ITL stalls (>1 s gaps per minute) and TTFT p99, not only p50/p95 means",
-    "scheduler_queueing": "alert on vllm:num_requests_waiting > 0 for 5 min and on queue-time p95",
-    "release_regression": "gate releases on a replayed load test: TTFT/TPOT p95 within 10 % of the baseline",
-    "decode_efficiency": "track TPOT p50 per release and per batch size on a dashboard",
-    "kv_cache_allocation": "alert on KV-cache usage > 90 % with preemptions",
-    "memory_oversubscription": "alert on CUDA OOM log lines and FB free < 5 %",
-    # training: the triage rows' own cut-offs (perfkit/triage/thresholds.py, each with its reason)
-    "data_pipeline": f"alert when the slowest rank's data wait (max by rank of train_data_wait_seconds) passes "
-    f"{T.DATA_WAIT_SHARE:.0%} of the step (train_step_duration_seconds)",
-    "network_communication": f"alert when exposed communication (train_comm_seconds) passes {T.COMM_SHARE:.0%} "
-    "of the step, and on tokens/s per GPU after every resize",
-    "training_instability": "alert on loss spikes against the run's own noise, and keep the data order seeded so a "
-    "bad stretch can be replayed",
-}
 
 
 def breach_interval(
@@ -240,10 +223,10 @@ def build(
         c = confirmed[0]
         action = c.row.next_step + (f" ({predicted_fix})" if predicted_fix else "")
         actions.append({"action": action, "type": "mitigate", "priority": "P0", "owner": "service owner"})
-        if c.row.direction in DETECT_ACTIONS:
+        if c.row.action:
             actions.append(
                 {
-                    "action": DETECT_ACTIONS[c.row.direction],
+                    "action": c.row.action,
                     "type": "detect",
                     "priority": "P1",
                     "owner": "on-call",

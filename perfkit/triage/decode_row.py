@@ -16,6 +16,7 @@ from perfkit.analyses.roofline import SERVING_RATES, describe, lookup, serving_r
 from perfkit.errors import ConfigError
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
+from perfkit.triage.quantities import value
 from perfkit.triage.row_types import (
     NO_GPU_COUNT,
     Detection,
@@ -31,8 +32,9 @@ from perfkit.triage.row_types import (
 
 
 def detect_tpot(ev: Evidence) -> Detection:
-    tok = ev.per_token()
-    p50, p95 = ev.ratio(tok, 0.5), ev.ratio(tok, 0.95)
+    """TPOT high: the median token (TPOT, else ITL) 25 % slower than in the baseline."""
+    tok = value(ev, "per_token")
+    p50, p95 = value(ev, "per_token_p50_ratio"), value(ev, "per_token_p95_ratio")
     facts = {"per_token_signal": tok, f"{tok}_p50_ratio": _r(p50), f"{tok}_p95_ratio": _r(p95)}
     if p50 is None:
         return Detection(False, 0.0, facts, ["TPOT/ITL histogram in both windows"])
@@ -99,7 +101,7 @@ def _speculation(ev: Evidence) -> _Speculation | None:
     length = {s: ev.rate(s, "spec_accept_length") for s in ("baseline", "incident")}
     k = ev.rate("incident", "spec_tokens_per_draft")
     lb, li = length["baseline"], length["incident"]
-    expected = lb / li if lb is not None and li else None
+    expected = value(ev, "spec_expected_tpot_ratio")
     numbers = {
         "acceptance_rate": {s: _r(v, 4) for s, v in rate.items()},
         "accept_length": {s: _r(v, 3) for s, v in length.items()},
@@ -128,13 +130,13 @@ def _speculation(ev: Evidence) -> _Speculation | None:
 
 
 def _verify_tpot(ev: Evidence) -> Verification:
-    tok = ev.per_token()
-    p50 = ev.ratio(tok, 0.5)
+    tok = value(ev, "per_token")
+    p50 = value(ev, "per_token_p50_ratio")
     # Offered decode load: more requests, or more tokens asked per request, both grow the batch.
-    rate = ev.rate_ratio("requests_per_s")
-    tokens = ev.rate_ratio("generated_tokens_per_s")
-    load = max((x for x in (rate, tokens) if x is not None), default=None)
-    batch = ev.rate_ratio("running_avg")
+    rate = value(ev, "request_rate_ratio")
+    tokens = value(ev, "generated_tokens_ratio")
+    load = value(ev, "offered_load_ratio")
+    batch = value(ev, "running_ratio")
     numbers = {
         f"{tok}_p50_ratio": _r(p50),
         "request_rate_ratio": _r(rate),
@@ -173,7 +175,7 @@ def _verify_tpot(ev: Evidence) -> Verification:
             numbers,
             cuts_of(more_load),
         )
-    prompt = ev.rate_ratio("prompt_tokens_per_s")
+    prompt = value(ev, "prompt_tokens_ratio")
     numbers["prompt_tokens_ratio"] = _r(prompt)
     more_prefill = at_least(prompt, "PROMPT_LOAD_RATIO") if prompt is not None else Test(False)
     # More work in each step (requests, generated or prompt tokens per second) lengthens a token at

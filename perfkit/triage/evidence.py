@@ -20,6 +20,7 @@ from perfkit.analyses.stages import StageBreakdown, breakdown
 from perfkit.analyses.training_evidence import gather_training, loss_by_step
 from perfkit.core.frames import Window, iso, utc
 from perfkit.core.incident import Incident
+from perfkit.core.ratios import ratio
 from perfkit.engine import signals as S
 from perfkit.sources.engine_config import engine_config, engine_version
 from perfkit.sources.engine_lines import prefill_batches
@@ -75,25 +76,25 @@ class Evidence:
     #: the serving engine whose series answered (perfkit.engine.dialects: vllm, sglang, trtllm ...)
     serving_engine: str | None = None
     engine_version: str | None = None  # as its start-up lines say it (vLLM's); None when none does
+    #: the named quantities the rows read, each computed once (perfkit.triage.quantities.value)
+    quantities: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: the names of the quantities read since the table set it (perfkit.triage.table.run: per row)
+    read_log: list[str] | None = field(default=None, repr=False, compare=False)
 
     # convenience accessors --------------------------------------------------------------------
     def q(self, side: str, signal: str, q: float) -> float | None:
         return self.baseline.q(side, signal, q)
 
     def ratio(self, signal: str, q: float) -> float | None:
-        b, i = self.q("baseline", signal, q), self.q("incident", signal, q)
-        if b is None or i is None or b <= 0:
-            return None
-        return i / b
+        """A latency quantile, incident over baseline (:func:`perfkit.core.ratios.ratio`)."""
+        return ratio(self.q("incident", signal, q), self.q("baseline", signal, q))
 
     def rate(self, side: str, name: str) -> float | None:
         return self.baseline.rates.get(side, {}).get(name)
 
     def rate_ratio(self, name: str) -> float | None:
-        b, i = self.rate("baseline", name), self.rate("incident", name)
-        if b is None or i is None or b <= 0:
-            return None
-        return i / b
+        """A rate or gauge, incident over baseline (:func:`perfkit.core.ratios.ratio`)."""
+        return ratio(self.rate("incident", name), self.rate("baseline", name))
 
     def mean(self, side: str, stage: str) -> float | None:
         return self.stages.means.get(side, {}).get(stage)
@@ -115,10 +116,10 @@ class Evidence:
         (:mod:`perfkit.triage.held_back`), where it could be read."""
         base = self.q("baseline", "ttft", 0.5)
         if unheld and self.ttft_p50_unheld is not None and base is not None and base > 0:
-            return self.ttft_p50_unheld / base
+            return ratio(self.ttft_p50_unheld, base)
         if not self.restarts or self.ttft_p50_steady is None or base is None or base <= 0:
             return self.ratio("ttft", 0.5)
-        return self.ttft_p50_steady / base
+        return ratio(self.ttft_p50_steady, base)
 
     def per_token(self) -> str:
         """TPOT if the server exports it, else ITL (older vLLM)."""

@@ -1,10 +1,12 @@
 """The inference-serving rows of the triage table (docs/bundle.md): tail-latency divergence,
 slow prefill, latency surge under load and a post-deploy shift, each as a detector and a
 verification (high TPOT: :mod:`perfkit.triage.decode_row`; out-of-memory:
-:mod:`perfkit.triage.oom_row`). :mod:`perfkit.triage.rows` puts them in :data:`~perfkit.triage.rows.ROWS`.
+:mod:`perfkit.triage.oom_row`). :mod:`perfkit.triage.spec` declares each row.
 
-Every comparison with a threshold goes through :mod:`perfkit.triage.row_types` (``at_least`` and
-friends), so each Detection and Verification carries the cuts its outcome hung on.
+A row reads named quantities (:mod:`perfkit.triage.quantities`) and shared conditions
+(:mod:`perfkit.triage.conditions`), and every comparison with a threshold goes through
+:mod:`perfkit.triage.row_types` (``at_least`` and friends), so each Detection and Verification
+carries the cuts its outcome hung on.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from perfkit.analyses.release import ReleaseCorrelation, Shift, is_tail, tail_views
+from perfkit.analyses.release import ReleaseCorrelation, Shift, at_deploy, blamed_on, is_tail, tail_views
 from perfkit.analyses.stages import PREFILL_STAND_IN
 from perfkit.core.frames import iso, utc
 from perfkit.engine import dialects
 from perfkit.triage import thresholds as T
+from perfkit.triage.conditions import kv_high, kv_saturated, long_rose, saturated, stalls_new
 from perfkit.triage.evidence import Evidence
+from perfkit.triage.quantities import value
 from perfkit.triage.row_types import (
     ABSENT,
     Detection,
@@ -39,48 +43,25 @@ from perfkit.triage.row_types import (
 # -- tail_latency_divergence → prefill_decode_interference -------------------------------------
 
 
-def _ratio(a: float | None, b: float | None, floor: float = 0.0) -> float | None:
-    if a is None or b is None:
-        return None
-    b = max(b, floor)
-    return a / b if b > 0 else (math.inf if a > 0 else None)
-
-
-def _stalls_new(ev: Evidence) -> Test:
-    """Decode stalls (ITL gaps past the stall threshold) frequent and new against the baseline."""
-    it = ev.interference
-    si, sb = it.stalls_per_min.get("incident"), it.stalls_per_min.get("baseline")
-    rise = _ratio(si, sb, floor=T.STALL_BASELINE_FLOOR_PER_MIN)
-    return all_of(at_least(si, "STALLS_PER_MIN"), at_least(rise, "STALL_RISE"))
-
-
-def _long_rose(ev: Evidence) -> Test:
-    """Long prompts are a real share of the traffic, and more of it than in the baseline."""
-    share = ev.interference.long_share
-    li, lb = share.get("incident"), share.get("baseline")
-    mixed = at_least(li, "LONG_PROMPT_SHARE")
-    if lb is None:
-        return mixed
-    return all_of(mixed, at_least(_ratio(li, lb, floor=T.LONG_SHARE_FLOOR), "LONG_SHARE_RISE"))
-
-
 def detect_tail(ev: Evidence) -> Detection:
-    tok = ev.per_token()
-    p95, p99 = ev.ratio("ttft", 0.95), ev.ratio("ttft", 0.99)
-    p50 = ev.ttft_median_ratio()  # outside a restart's backlog: its queue is no slower median
+    """P50 fine, P95/P99 bad, long prompts mixed in: the tail (TTFT p95, the per-token p99, or decode
+    stalls the baseline did not have) worse while the median request is as usual."""
+    tok = value(ev, "per_token")
+    p95, p99 = value(ev, "ttft_p95_ratio"), value(ev, "ttft_p99_ratio")
+    p50 = value(ev, "ttft_p50_ratio")  # outside a restart's backlog: its queue is no slower median
     # Without chunked prefill, newly arrived long prompts hold back the prefills that arrive during
     # theirs: "P50 fine" is then judged on the requests they did not hold back (triage.held_back)
-    held_context = ev.chunked_prefill is False and bool(_long_rose(ev))
-    p50_judged = ev.ttft_median_ratio(unheld=True) if held_context else p50
-    tok99 = ev.ratio(tok, 0.99)
+    held_context = value(ev, "chunked_prefill") is False and bool(long_rose(ev))
+    p50_judged = value(ev, "ttft_p50_unheld_ratio") if held_context else p50
+    tok99 = value(ev, "per_token_p99_ratio")
     it = ev.interference
-    long_share = it.long_share.get("incident")
+    long_share = value(ev, "long_share")
     facts = {
         "ttft_p95_ratio": _r(p95),
         "ttft_p99_ratio": _r(p99),
         "ttft_p50_ratio": _r(p50),
         "ttft_p50_unheld_ratio": _r(p50_judged) if held_context else None,
-        "held_back_share": _r(ev.ttft_held_share, 4) if held_context else None,
+        "held_back_share": _r(value(ev, "held_back_share"), 4) if held_context else None,
         f"{tok}_p99_ratio": _r(tok99),
         "itl_stalls_per_min": {k: _r(v) for k, v in it.stalls_per_min.items()},
         "long_prompt_share": _r(long_share, 4),
@@ -88,7 +69,7 @@ def detect_tail(ev: Evidence) -> Detection:
     }
     if p95 is None or p50 is None:
         return Detection(False, 0.0, facts, ["TTFT histogram in both windows"])
-    delta = (ev.q("incident", "ttft", 0.95) or 0) - (ev.q("baseline", "ttft", 0.95) or 0)
+    delta = value(ev, "ttft_p95_delta_s")
     # The tail is worse: TTFT p95 or the per-token p99 up by TAIL_RATIO (and by a time users feel),
     # or decode stalls the baseline did not have (the "output freezes" users report). TTFT p99 is a
     # fact, not a test: over a 20-minute window it rests on a few dozen requests.
@@ -96,7 +77,7 @@ def detect_tail(ev: Evidence) -> Detection:
         any_of(at_least(p95, "TAIL_RATIO"), at_least(tok99, "TAIL_RATIO")),
         at_least(delta, "MIN_TAIL_DELTA_S"),
     )
-    tail_bad = any_of(quantile_tail, _stalls_new(ev))
+    tail_bad = any_of(quantile_tail, stalls_new(ev))
     median_fine = at_most(p50_judged, "MEDIAN_FINE_RATIO")  # ... while the median request is as usual
     missing = [] if long_share is not None else [_prompt_histogram_missing(ev)]
     long_mixed = at_least(long_share, "LONG_PROMPT_SHARE")
@@ -151,10 +132,14 @@ def _fisher_band(r: float, n: int) -> tuple[float, float]:
 
 
 def verify_tail(ev: Evidence) -> Verification:
+    """Do decode stalls follow long-prompt arrivals, on a server that is not saturated? Confirmed by
+    their correlation in two-minute bins, or by the mechanism the whole window shows (stalls and long
+    prompts both new, chunked prefill off); ruled out when even the top of the correlation's band is
+    under its cut."""
     it = ev.interference
-    load = ev.rate_ratio("requests_per_s")
-    waiting = ev.rate("incident", "waiting_avg")
-    kv = ev.kv_max()
+    load = value(ev, "request_rate_ratio")
+    waiting = value(ev, "waiting_avg")
+    kv = value(ev, "kv_max")
     numbers: dict[str, Any] = {
         "corr_long_prompts_vs_itl_stalls": _r(it.correlation),
         "minutes": it.minutes,
@@ -164,7 +149,7 @@ def verify_tail(ev: Evidence) -> Verification:
         "request_rate_ratio": _r(load),
         "waiting_avg": _r(waiting),
         "kv_cache_usage_max": _r(kv),
-        "chunked_prefill": ev.chunked_prefill,
+        "chunked_prefill": value(ev, "chunked_prefill"),
     }
     if it.correlation is None:
         return Verification(
@@ -175,26 +160,20 @@ def verify_tail(ev: Evidence) -> Verification:
     low, high = _fisher_band(it.correlation, it.minutes)
     numbers["corr_band_90"] = [_r(low), _r(high)]
     # A nearly full KV cache stalls running decodes by preempting them; one that only holds new
-    # requests back shows as requests waiting. A peak with no preemption (a few long prompts at once)
-    # is not saturation, where the engine counts preemptions.
-    preempt = ev.rate("incident", "preemptions_per_s")
-    numbers["preemptions_per_s"] = _r(preempt, 4)
-    kv_full = at_least(kv, "KV_FULL_FRAC")
-    if preempt is not None:
-        kv_full = all_of(kv_full, at_least(preempt, "PREEMPTIONS_PER_S"))
-    saturated = any_of(at_least(waiting, "QUEUED_AVG"), at_least(load, "LOAD_RATIO"), kv_full)
-    calm = negate(saturated)
-    follows = at_least(it.correlation, "CORR_CONFIRM")
+    # requests back shows as requests waiting (conditions.kv_saturated).
+    numbers["preemptions_per_s"] = _r(value(ev, "preemptions_per_s"), 4)
+    busy = saturated(ev)
+    calm = negate(busy)
+    follows = at_least(value(ev, "corr_long_vs_stalls"), "CORR_CONFIRM")
     if it.stall_threshold_s is None:
         # TPOT averages a stall over a request's tokens: a TPOT tail that follows long prefills is a
         # stall only on an engine that runs a whole prompt in one step (chunked prefill known off);
         # with chunks, long prompts slow the shared steps a little and every TPOT with them
-        follows = all_of(follows, Test(ev.chunked_prefill is False))
+        follows = all_of(follows, Test(value(ev, "chunked_prefill") is False))
     unrelated = below(high, "CORR_RULE_OUT")  # even the top of its band is under the cut
-    stalls, long_rose = _stalls_new(ev), _long_rose(ev)
     # The mechanism shown at the window level: stalls and long prompts both appeared against the
     # baseline, on an engine that lets one prefill take a whole step (chunked prefill off).
-    mechanism = all_of(stalls, long_rose, Test(ev.chunked_prefill is False))
+    mechanism = all_of(stalls_new(ev), long_rose(ev), Test(value(ev, "chunked_prefill") is False))
     if unrelated:
         return Verification(
             "ruled_out",
@@ -216,7 +195,7 @@ def verify_tail(ev: Evidence) -> Verification:
                 f"in two-minute bins (r={it.correlation:.2f})"
             )
         else:
-            si, li = it.stalls_per_min.get("incident") or 0.0, it.long_share.get("incident") or 0.0
+            si, li = value(ev, "stalls_per_min") or 0.0, value(ev, "long_share") or 0.0
             bins = "" if follows else ", too few bins to say more"
             why = (
                 f"ITL stalls >{it.stall_threshold_s:g}s ({si:.1f}/min) appeared with long prompts "
@@ -224,19 +203,19 @@ def verify_tail(ev: Evidence) -> Verification:
                 f"either (two-minute bins: r={it.correlation:.2f}{bins})"
             )
         why += f" while {calm_text(load, waiting, kv)}"
-        if at_least(kv, "KV_FULL_FRAC"):
+        if kv_high(ev):
             why += " (its peak preempted nothing)"
-        if ev.chunked_prefill is False:
+        if value(ev, "chunked_prefill") is False:
             now = _chunked_now(ev)
             why += f"; the engine runs without chunked prefill ({now}). Fix: "
             why += dialects.knob("chunked_prefill", ev.serving_engine, now) or "enable chunked prefill"
         return Verification("confirmed", why, numbers, cuts_of(decided))
     why = f"{_long_arrivals(it)} and {_stall_words(it)} correlate (r={it.correlation:.2f})"
-    if saturated:
+    if busy:
         why += " but the server is saturated, which also explains stalls"
-        cuts = cuts_of(saturated, negate(unrelated))
-    elif it.stall_threshold_s is None and ev.chunked_prefill is not False:
-        on = "on" if ev.chunked_prefill else "not known to be off"
+        cuts = cuts_of(busy, negate(unrelated))
+    elif it.stall_threshold_s is None and value(ev, "chunked_prefill") is not False:
+        on = "on" if value(ev, "chunked_prefill") else "not known to be off"
         why += f", but chunked prefill is {on}: without inter-token gaps a slower shared step looks the same"
         cuts = cuts_of(negate(follows), negate(unrelated))
     else:
@@ -249,9 +228,11 @@ def verify_tail(ev: Evidence) -> Verification:
 
 
 def detect_prefill(ev: Evidence) -> Detection:
-    ttft, prefill = ev.ratio("ttft", 0.95), ev.ratio("prefill", 0.95)
-    slo = ev.incident.slo.get("ttft_p95_s")
-    ttft_now = ev.q("incident", "ttft", 0.95)
+    """TTFT high (1.5x the baseline, or over its SLO) and prefill slow (its p95 1.5x, or its mean where
+    the engine has no prefill histogram)."""
+    ttft, prefill = value(ev, "ttft_p95_ratio"), value(ev, "prefill_p95_ratio")
+    slo = value(ev, "ttft_slo_s")
+    ttft_now = value(ev, "ttft_p95_s")
     facts: dict[str, Any] = {
         "ttft_p95_ratio": _r(ttft),
         "prefill_p95_ratio": _r(prefill),
@@ -260,12 +241,12 @@ def detect_prefill(ev: Evidence) -> Detection:
     }
     if prefill is None and dialects.lacks(ev.serving_engine or "", "prefill"):
         # no prefill histogram (SGLang): the mean of TTFT less queue time stands in (analyses.stages)
-        prefill = _ratio(ev.mean("incident", "prefill"), ev.mean("baseline", "prefill"))
+        prefill = value(ev, "prefill_mean_ratio")
         facts["prefill_p95_ratio"] = None
         facts["prefill_mean_ratio"], facts["prefill_stand_in"] = _r(prefill), PREFILL_STAND_IN
     if ttft is None or prefill is None:
         return Detection(False, 0.0, facts, ["TTFT and prefill-time histograms in both windows"])
-    over_slo = above(_ratio(ttft_now, slo), "SLO_BREACH_RATIO") if slo else ABSENT
+    over_slo = above(value(ev, "ttft_p95_slo_ratio"), "SLO_BREACH_RATIO") if slo else ABSENT
     ttft_high = any_of(at_least(ttft, "TTFT_RATIO"), over_slo)
     decided = all_of(ttft_high, at_least(prefill, "PREFILL_RATIO"))
     strength = T.prefill_strength(prefill) if decided else 0.0
@@ -273,11 +254,14 @@ def detect_prefill(ev: Evidence) -> Detection:
 
 
 def verify_prefill(ev: Evidence) -> Verification:
-    share, queue_share = ev.share("prefill"), ev.share("queue")
-    kv = ev.kv_max()
-    pre = ev.rate("incident", "preemptions_per_s")
+    """Is the first token's time spent in a prefill that KV-cache pressure lengthens (preemptions
+    recomputing prompts, prefix-cache hits lost, the cache full)? Ruled out when prefill is under half
+    of TTFT, or when the cache is calm."""
+    share, queue_share = value(ev, "prefill_share"), value(ev, "queue_share")
+    kv = value(ev, "kv_max")
+    pre = value(ev, "preemptions_per_s")
     hit_b, hit_i = ev.rate("baseline", "prefix_cache_hit_frac"), ev.rate("incident", "prefix_cache_hit_frac")
-    hit_drop = hit_b - hit_i if hit_b is not None and hit_i is not None else None
+    hit_drop = value(ev, "prefix_hit_drop")
     numbers = {
         "prefill_share_of_ttft": _r(share),
         "queue_share_of_ttft": _r(queue_share),
@@ -300,9 +284,7 @@ def verify_prefill(ev: Evidence) -> Verification:
     # A full cache lengthens prefill by preempting (the recompute) or evicting shared prefixes (the
     # hit rate); a peak that did neither, where the engine counts both, slowed no prompt. Where
     # either goes uncounted, the fill is the evidence there is.
-    full = at_least(kv, "KV_FULL_FRAC")
-    if pre is not None and hit_drop is not None:
-        full = all_of(full, preempting)
+    full = kv_saturated(ev) if hit_drop is not None else kv_high(ev)
     pressure = any_of(hits, full, preempting)
     if pressure:
         reasons = []
@@ -341,9 +323,10 @@ def verify_prefill(ev: Evidence) -> Verification:
 
 
 def detect_load(ev: Evidence) -> Detection:
-    load, conc = ev.rate_ratio("requests_per_s"), ev.rate_ratio("running_avg")
-    waiting = ev.rate("incident", "waiting_avg")
-    lat = ev.ratio("ttft", 0.5) or ev.ratio("e2e", 0.5)
+    """Latency jumps with concurrency: the median request's latency (TTFT, else E2E) doubled."""
+    load, conc = value(ev, "request_rate_ratio"), value(ev, "running_ratio")
+    waiting = value(ev, "waiting_avg")
+    lat = value(ev, "latency_p50_ratio")
     facts = {
         "request_rate_ratio": _r(load),
         "concurrency_ratio": _r(conc),
@@ -361,23 +344,25 @@ def detect_load(ev: Evidence) -> Detection:
 
 
 def verify_load(ev: Evidence) -> Verification:
-    share = ev.share("queue")
-    waiting = ev.rate("incident", "waiting_avg")
-    wmax = ev.rate("incident", "waiting_max")
-    kv = ev.kv_max()
+    """Do requests wait in the scheduler's queue? Confirmed when queue time is half of TTFT or more
+    with a standing queue; ruled out when it is under a fifth."""
+    share = value(ev, "queue_share")
+    waiting = value(ev, "waiting_avg")
+    wmax = value(ev, "waiting_max")
+    kv = value(ev, "kv_max")
     numbers = {
         "queue_share_of_ttft": _r(share),
         "waiting_avg": _r(waiting),
         "waiting_max": _r(wmax),
         "kv_cache_usage_max": _r(kv),
-        "queue_p95_s": _r(ev.q("incident", "queue", 0.95)),
+        "queue_p95_s": _r(value(ev, "queue_p95_s")),
     }
     if share is None or waiting is None:
         return Verification("inconclusive", "queue time or queue length unknown", numbers)
     queued = all_of(at_least(share, "QUEUE_SHARE_CONFIRM"), at_least(waiting, "QUEUED_CONFIRM_MIN"))
     if queued:
         why = f"requests wait in the scheduler queue: {share:.0%} of TTFT, {waiting:.0f} waiting on average"
-        if at_least(kv, "KV_FULL_FRAC"):
+        if kv_high(ev):
             why += f"; the KV cache is at {kv:.0%}, so new requests cannot be admitted (a consequence of the batch)"
         return Verification("confirmed", why, numbers, cuts_of(queued))
     short = below(share, "QUEUE_SHARE_RULE_OUT")
@@ -407,6 +392,8 @@ def _shift_test(x: Shift) -> Test:
 
 
 def detect_deploy(ev: Evidence) -> Detection:
+    """A metric shifts at a deploy: release correlation found a suspect deploy (a degrading change
+    point at it that counts: :func:`_shift_test`)."""
     rel = ev.release
     facts = {"suspect": rel.suspect, "cleared": [c.get("version") or c.get("detail") for c in rel.cleared]}
     if not rel.events and not rel.suspect:  # read and empty: no deploy to blame; not given: a gap
@@ -416,9 +403,7 @@ def detect_deploy(ev: Evidence) -> Detection:
         # decided by the shifts that started at a deploy but did not count (none: nothing to cut)
         return Detection(False, 0.0, facts, cuts=cuts_of(any_of(*(_shift_test(x) for x in aligned))))
     s = rel.suspect
-    mine = [
-        x for x in aligned if x.aligned_event and x.aligned_event["ts"] == s["ts"] and x.series in s["series"]
-    ]
+    mine = [x for x in aligned if blamed_on(x, s)]
     # A deploy is a suspect while any one of its shifts counts (analyses.release): the outcome is
     # decided by the shift furthest from its cut-offs, not by one that barely passed beside it
     return Detection(
@@ -433,13 +418,9 @@ def _near_blamed(rel: ReleaseCorrelation, suspect: dict[str, Any], x: Shift) -> 
     """``x`` starts at the suspect deploy, or from one step before it to the alignment tolerance
     (:data:`~perfkit.analyses.release.ALIGN_AFTER_STEPS` steps, at least ``ALIGN_MIN_S``) after the
     last shift the deploy is blamed for."""
-    if x.aligned_event and x.aligned_event["ts"] == suspect["ts"]:
+    if at_deploy(x, suspect["ts"]):
         return True
-    blamed = [
-        y.ts
-        for y in rel.shifts
-        if y.aligned_event and y.aligned_event["ts"] == suspect["ts"] and y.series in suspect["series"]
-    ]
+    blamed = [y.ts for y in rel.shifts if blamed_on(y, suspect)]
     if not blamed:
         return False
     tolerance = max(T.ALIGN_AFTER_STEPS * rel.step_s, T.ALIGN_MIN_S)
@@ -453,15 +434,13 @@ def _ttft_median_queued(rel: ReleaseCorrelation, suspect: dict[str, Any]) -> Tes
     medians = [name for name in suspect.get("series", []) if not is_tail(name)]
     if medians != ["TTFT p50"]:
         return None
-    moved = [
-        1 + x.rel_change
-        for x in rel.shifts
-        if x.series == "TTFT p50" and x.aligned_event and x.aligned_event["ts"] == suspect["ts"]
-    ]
+    moved = [1 + x.rel_change for x in rel.shifts if x.series == "TTFT p50" and at_deploy(x, suspect["ts"])]
     return at_most(max(moved), "MEDIAN_FINE_RATIO") if moved else None
 
 
 def verify_deploy(ev: Evidence) -> Verification:
+    """Is the shift the deploy's? Not while the request rate moved at the same time, nor where only
+    tail quantiles moved that long prompts (or a p95's ordinary wander) explain."""
     rel = ev.release
     s = rel.suspect
     numbers = {
@@ -497,7 +476,7 @@ def verify_deploy(ev: Evidence) -> Verification:
     # the tail of more than one part of a request (prefill, decode, end to end).
     tails = [name for name in s.get("series", []) if is_tail(name)]
     tail_only = len(tails) == len(s.get("series", []))
-    mix = _long_rose(ev)
+    mix = long_rose(ev)
     # Without chunked prefill a long prompt's prefill holds back the prefills of the requests that
     # arrive during it, so while long prompts rose the TTFT median moves with the share of requests
     # caught behind one: within the interference row's "P50 fine" that move is theirs as well

@@ -13,14 +13,17 @@ from perfkit.analyses.memory_peak import states_vs_peak
 from perfkit.analyses.roofline import SERVING_RATES, lookup, mean_context
 from perfkit.errors import ConfigError
 from perfkit.triage import thresholds as T
+from perfkit.triage.conditions import kv_high
 from perfkit.triage.evidence import Evidence
-from perfkit.triage.row_types import NO_GPU_COUNT, Detection, Verification, _r, above, at_least, cuts_of
+from perfkit.triage.quantities import value
+from perfkit.triage.row_types import NO_GPU_COUNT, Detection, Verification, _r, above, cuts_of
 
 # -- oom → memory_oversubscription ---------------------------------------------------------------
 
 
 def detect_oom(ev: Evidence) -> Detection:
-    n = ev.logs.get("cuda_oom", 0)
+    """Out-of-memory: any CUDA out-of-memory line in the logs (inconclusive without logs)."""
+    n = value(ev, "cuda_oom_lines")
     facts = {"cuda_oom_lines": n}
     if not ev.logs:
         return Detection(False, 0.0, facts, ["logs (CUDA out-of-memory messages)"])
@@ -29,15 +32,16 @@ def detect_oom(ev: Evidence) -> Detection:
 
 
 def verify_oom(ev: Evidence) -> Verification:
-    n = ev.logs.get("cuda_oom", 0)
-    kv = ev.kv_max()
-    used = ev.gpu.get("fb_used_max_incident")
-    total = ev.gpu.get("fb_total_incident")
+    """The crash, explained: the allocation that failed, GPU memory's peak, the deploy it started with
+    and a component-by-component memory estimate against capacity."""
+    n = value(ev, "cuda_oom_lines")
+    kv = value(ev, "kv_max")
+    peak = value(ev, "fb_used_peak_frac")
     numbers = {
         "cuda_oom_lines": n,
         "kv_cache_usage_max": _r(kv),
         "oom_request_vs_free_gib": ev.oom,
-        "fb_used_peak_frac": _r(used / total if used is not None and total else None),
+        "fb_used_peak_frac": _r(peak),
     }
     seen = above(n, "OOM_LINES")
     if not seen:
@@ -45,9 +49,9 @@ def verify_oom(ev: Evidence) -> Verification:
     parts = [f"{n} CUDA out-of-memory messages"]
     if ev.oom:
         parts.append(f"an allocation of {ev.oom['asked_gib']:.2f} GiB met {ev.oom['free_gib']:.2f} GiB free")
-    if used is not None and total:
-        parts.append(f"GPU memory peaked at {used / total:.0%} of capacity")
-    if at_least(kv, "KV_FULL_FRAC"):
+    if peak is not None:
+        parts.append(f"GPU memory peaked at {peak:.0%} of capacity")
+    if kv_high(ev):
         parts.append(f"the KV cache at {kv:.0%} is preallocated, so it is not what ran out")
     if ev.release.suspect:
         s = ev.release.suspect

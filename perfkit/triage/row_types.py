@@ -164,7 +164,42 @@ class Verification:
 
 
 @dataclass(frozen=True)
+class Figure:
+    """A confirmed direction's evidence figure (:mod:`perfkit.report.evidence_figures`): its title, and
+    either the series it draws (a function of :mod:`perfkit.analyses.evidence_series`, called with the
+    engine, the span and ``per_token``) with their y-axis title, or none (``series=None``: drawn from
+    the evidence itself, e.g. the interference bins or the shifts at the suspect deploy)."""
+
+    title: str
+    ytitle: str | None = None
+    series: Callable[..., dict[str, Any]] | None = None
+
+
+#: the workloads a row can be about
+ABOUT = ("serving", "training", "any")
+
+
+@dataclass(frozen=True)
 class Row:
+    """One row of the triage table, declared whole: what it is (symptom, how it is seen, direction,
+    the check and the next step), the functions that detect and verify it, and everything the rest of
+    perfkit reads about it (:mod:`perfkit.triage.rows` declares the rows; the import-time check there
+    fails on a name that does not exist):
+
+    * ``workload``: what the row is about (``serving``, ``training`` or ``any``);
+    * ``reads``: the named quantities it reads (:mod:`perfkit.triage.quantities`);
+    * ``decides``: the thresholds whose cuts decide its outcome (:mod:`perfkit.triage.thresholds`);
+    * ``confirms``: confirmatory thresholds: cuts that rule out another explanation rather than show
+      this one (e.g. "the median is as usual"); within their noise they are weighed against how far
+      the deciding cuts are past theirs, not taken as a veto;
+    * ``context``: thresholds only the row's why reads (no verdict hangs on them);
+    * ``preconditions``: the recorded yes/no facts its verdicts depend on (``chunked_prefill_off``);
+    * ``explains``: the directions a confirmed verdict of this row explains (their scores discounted);
+    * ``figure``, ``action`` (the postmortem's alert to add), ``remedy`` (the what-if's remedy kind,
+      :mod:`perfkit.app.whatif.remedy`) and ``remedy_target`` (the number the remedy must move);
+    * ``doc``: the verification as docs/bundle.md's rows table gives it (default: ``check``).
+    """
+
     symptom: str
     seen_as: str
     direction: str
@@ -172,6 +207,23 @@ class Row:
     next_step: str
     detect: Callable[[Evidence], Detection]
     verify: Callable[[Evidence], Verification]
+    workload: str = "any"
+    reads: tuple[str, ...] = ()
+    decides: tuple[str, ...] = ()
+    confirms: tuple[str, ...] = ()
+    context: tuple[str, ...] = ()
+    preconditions: tuple[str, ...] = ()
+    explains: tuple[str, ...] = ()
+    figure: Figure | None = None
+    action: str = ""
+    remedy: str | None = None
+    remedy_target: str | None = None
+    doc: str = ""
+
+    @property
+    def thresholds(self) -> tuple[str, ...]:
+        """Every threshold the row compares with (deciding, confirmatory and context)."""
+        return (*self.decides, *self.confirms, *self.context)
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:

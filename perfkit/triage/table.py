@@ -1,7 +1,7 @@
 """Run the whole triage table on an incident's evidence and rank the directions (the JSON of docs/bundle.md).
 
 Which rows apply: the serving rows read vLLM's histograms and counters, the training rows a training
-loop's ``train_*`` series (:data:`ROW_WORKLOAD`). The evidence says which workload the incident is
+loop's ``train_*`` series (each row's ``workload``, :mod:`perfkit.triage.rows`). The evidence says which workload the incident is
 (:func:`workload_kind`); a row about the other workload that did not fire is marked ``applies:
 false`` (its verdict, usually "inconclusive: missing ...", is kept for the JSON's readers), so a
 postmortem can list it apart instead of in the trail. A row that fired always applies: its
@@ -20,23 +20,9 @@ from perfkit.core.findings import jsonable
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
 from perfkit.triage.row_types import Cut
-from perfkit.triage.rows import EXPLAINS, ROWS, Detection, Row, Verification
+from perfkit.triage.rows import BY_DIRECTION, EXPLAINS, ROWS, Detection, Row, Verification
 from perfkit.triage.workload_notes import about_rows
 
-#: The workload each direction's row is about. The training rows (data pipeline, communication,
-#: loss) read ``train_*`` step gauges and a step's communication share; the serving rows vLLM's
-#: latency histograms, queue and KV-cache gauges. Out-of-memory and a deploy happen to both.
-ROW_WORKLOAD: dict[str, str] = {
-    "data_pipeline": "training",
-    "network_communication": "training",
-    "training_instability": "training",
-    "kv_cache_allocation": "serving",
-    "decode_efficiency": "serving",
-    "scheduler_queueing": "serving",
-    "prefill_decode_interference": "serving",
-    "memory_oversubscription": "any",
-    "release_regression": "any",
-}
 WORKLOADS = ("training", "serving", "mixed", "unknown")
 
 
@@ -60,7 +46,7 @@ def workload_kind(ev: Evidence) -> str:
 
 def applies(direction: str, kind: str) -> bool:
     """Whether ``direction``'s row is about an incident of workload ``kind``."""
-    about = ROW_WORKLOAD.get(direction, "any")
+    about = BY_DIRECTION[direction].workload
     return about == "any" or kind in ("mixed", "unknown") or about == kind
 
 
@@ -71,7 +57,8 @@ class RowResult:
     verification: Verification
     score: float
     explained_by: str | None = None
-    applies: bool = True  # False: a row about the other workload that did not fire (ROW_WORKLOAD)
+    applies: bool = True  # False: a row about the other workload that did not fire (Row.workload)
+    reads: list[str] = field(default_factory=list)  # the named quantities the row read, in order
 
 
 @dataclass
@@ -123,7 +110,7 @@ class TriageResult:
                     "explained_by": r.explained_by,
                     "margin": _margin(r),
                     "applies": r.applies,
-                    "about": ROW_WORKLOAD.get(r.row.direction, "any"),
+                    "about": r.row.workload,
                     "suspect_version": self.suspect_version
                     if r.row.direction == "release_regression"
                     else None,
@@ -200,6 +187,7 @@ def run(ev: Evidence) -> TriageResult:
     kind = workload_kind(ev)
     missing = [m for m in ev.missing if not about_rows(m, set(), kind)]  # the other workload's: no gap
     for row in ROWS:
+        ev.read_log = []
         det = row.detect(ev)
         about = det.detected or applies(row.direction, kind)
         for m in det.missing if about else ():  # a gap in the other workload's evidence is no gap
@@ -213,7 +201,8 @@ def run(ev: Evidence) -> TriageResult:
         else:
             ver = Verification("ruled_out", f"symptom not present: {row.seen_as}", {})
         score = det.strength * T.VERDICT_WEIGHT[ver.verdict] if det.detected else 0.0
-        results.append(RowResult(row, det, ver, score, applies=about))
+        results.append(RowResult(row, det, ver, score, applies=about, reads=list(dict.fromkeys(ev.read_log))))
+    ev.read_log = None
     by_dir = {r.row.direction: r for r in results}
     confirmed_causes = sorted(
         (r for r in results if r.verification.verdict == "confirmed" and r.row.direction in EXPLAINS),

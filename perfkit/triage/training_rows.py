@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from perfkit.analyses.training_evidence import MAD_TO_SD
+from perfkit.core.ratios import MAD_TO_SD
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
+from perfkit.triage.quantities import value
 from perfkit.triage.row_types import (
     Detection,
     Test,
@@ -37,8 +38,7 @@ def _gpu_low(ev: Evidence) -> tuple[Test | None, dict[str, Any]]:
     """GPU doing less useful work: utilisation under 50 %, or tensor activity down a tenth vs the
     baseline (:data:`~perfkit.triage.thresholds.TENSOR_LOW_RATIO`: GPU_UTIL counts NCCL spinning as
     busy). None when neither is measured."""
-    util, tb, ti = ev.gpu.get("util_incident"), ev.gpu.get("tensor_baseline"), ev.gpu.get("tensor_incident")
-    tensor_ratio = ti / tb if tb and ti is not None else None
+    util, tensor_ratio = value(ev, "gpu_util_pct"), value(ev, "tensor_active_ratio")
     facts = {"gpu_util_avg_pct": _r(util, 1), "tensor_active_ratio": _r(tensor_ratio)}
     if util is None and tensor_ratio is None:
         return None, facts
@@ -50,24 +50,16 @@ def _shares(side: dict[str, float | None] | None) -> tuple[float | None, float |
     return side.get("baseline"), side.get("incident")
 
 
-def _rise(i: float | None, b: float | None, floor: float = 0.0) -> float | None:
-    if i is None or b is None:
-        return None
-    b = max(b, floor)
-    return i / b if b > 0 else None
-
-
 def _data_wait(ev: Evidence) -> Test | None:
     """The direct evidence: the slowest rank waits for its batch a real share of every step, and far
     more than in the baseline. None when train_data_wait_seconds is not exported."""
-    t = ev.train
-    b, i = _shares(t.data_wait_share if t else None)
+    i = value(ev, "data_wait_share")
     if i is None:
         return None
     share = at_least(i, "DATA_WAIT_SHARE")
-    if b is None:
+    if value(ev, "data_wait_share_baseline") is None:
         return share
-    return all_of(share, at_least(_rise(i, b, T.DATA_WAIT_FLOOR), "DATA_WAIT_RISE"))
+    return all_of(share, at_least(value(ev, "data_wait_rise"), "DATA_WAIT_RISE"))
 
 
 def _unsteady(ev: Evidence) -> Test:
@@ -76,24 +68,26 @@ def _unsteady(ev: Evidence) -> Test:
     t = ev.train
     if not t:
         return Test(False)
-    jb, ji = _shares(t.step_jitter)
-    sb, si = _shares(t.util_swing_pct)
-    jitter = at_least(ji, "STEP_JITTER")
+    jb, _ = _shares(t.step_jitter)
+    sb, _ = _shares(t.util_swing_pct)
+    jitter = at_least(value(ev, "step_jitter"), "STEP_JITTER")
     if jb is not None:
-        jitter = all_of(jitter, at_least(_rise(ji, jb, T.STEP_JITTER_FLOOR), "UNSTEADY_RISE"))
-    swing = at_least(si, "UTIL_SWING_PCT")
+        jitter = all_of(jitter, at_least(value(ev, "step_jitter_rise"), "UNSTEADY_RISE"))
+    swing = at_least(value(ev, "util_swing_pct"), "UTIL_SWING_PCT")
     if sb is not None:
-        swing = all_of(swing, at_least(_rise(si, sb, T.UTIL_SWING_FLOOR_PCT), "UNSTEADY_RISE"))
+        swing = all_of(swing, at_least(value(ev, "util_swing_rise"), "UNSTEADY_RISE"))
     return any_of(jitter, swing)
 
 
 def detect_gpu_cpu(ev: Evidence) -> Detection:
+    """GPU utilisation low, host CPU busy: the slowest rank's measured data wait (a real share of the
+    step, and risen), else the GPU low with the host busy or the GPU fed unsteadily."""
     low, facts = _gpu_low(ev)
     t = ev.train
     busy, busiest, iowait = (
-        ev.host.get("cpu_busy_incident"),
-        ev.host.get("cpu_busy_max_incident"),
-        ev.host.get("iowait_incident"),
+        value(ev, "cpu_busy_frac"),
+        value(ev, "busiest_cpu_frac"),
+        value(ev, "iowait_frac"),
     )
     wb, wi = _shares(t.data_wait_share if t else None)
     facts.update(
@@ -130,9 +124,11 @@ def detect_gpu_cpu(ev: Evidence) -> Detection:
 
 
 def verify_gpu_cpu(ev: Evidence) -> Verification:
+    """Does the slowest rank wait for its data? The data-wait share decides; iowait or a pinned CPU
+    says what starves the loader."""
     t = ev.train
     b, i = _shares(t.data_wait_share if t else None)
-    iowait, busiest = ev.host.get("iowait_incident"), ev.host.get("cpu_busy_max_incident")
+    iowait, busiest = value(ev, "iowait_frac"), value(ev, "busiest_cpu_frac")
     numbers = {
         "data_wait_share_slowest_rank": {"baseline": _r(b), "incident": _r(i)},
         "dataloader_errors": ev.logs.get("dataloader_error", 0),
@@ -165,30 +161,26 @@ def verify_gpu_cpu(ev: Evidence) -> Verification:
     )
 
 
-def _nccl_lines(ev: Evidence) -> int:
-    return ev.logs.get("nccl_warn", 0) + ev.logs.get("nccl_timeout", 0) + ev.logs.get("nccl_error", 0)
-
-
 def _comm_up(ev: Evidence) -> Test:
     """Exposed communication a real share of the step, and more of it than in the baseline."""
-    t = ev.train
-    b, i = _shares(t.comm_share if t else None)
-    share = at_least(i, "COMM_SHARE")
-    return share if b is None else all_of(share, at_least(_rise(i, b), "COMM_RISE"))
+    share = at_least(value(ev, "comm_share"), "COMM_SHARE")
+    if value(ev, "comm_share_baseline") is None:
+        return share
+    return all_of(share, at_least(value(ev, "comm_rise"), "COMM_RISE"))
 
 
 def detect_gpu_net(ev: Evidence) -> Detection:
+    """GPU utilisation low, network busy: exposed communication up or NCCL warnings (or, with no
+    collective timer, the GPU low while the network is busy, not on a serving engine)."""
     low, facts = _gpu_low(ev)
     t = ev.train
     b, i = _shares(t.comm_share if t else None)
-    nb, ni = ev.host.get("net_bytes_per_s_baseline"), ev.host.get("net_bytes_per_s_incident")
-    ib_b, ib_i = ev.host.get("ib_bytes_per_s_baseline"), ev.host.get("ib_bytes_per_s_incident")
-    net_ratio = ni / nb if nb and ni is not None else None
-    nccl = _nccl_lines(ev)
+    net_ratio = value(ev, "network_ratio")
+    nccl = value(ev, "nccl_lines")
     facts.update(
         {
             "network_ratio": _r(net_ratio),
-            "ib_ratio": _r(ib_i / ib_b if ib_b and ib_i is not None else None),
+            "ib_ratio": _r(value(ev, "ib_ratio")),
             "comm_share": {"baseline": _r(b), "incident": _r(i)},
             "nccl_warn_lines": nccl,
         }
@@ -214,17 +206,21 @@ def detect_gpu_net(ev: Evidence) -> Detection:
 
 
 def verify_gpu_net(ev: Evidence) -> Verification:
+    """Is the network the cause? Not when the collective time is ranks waiting for the slowest rank's
+    data; NCCL warnings confirm; else the exposed-communication share decides."""
     t = ev.train
     b, i = _shares(t.comm_share if t else None)
-    _, w = _shares(t.data_wait_share if t else None)
-    nccl = _nccl_lines(ev)
+    w = value(ev, "data_wait_share")
+    nccl = value(ev, "nccl_lines")
     numbers = {
         "comm_share": {"baseline": _r(b), "incident": _r(i)},
         "nccl_warn_or_timeout_lines": nccl,
         "data_wait_share_slowest_rank": _r(w),
     }
     # The other ranks' time in the collective is them waiting for the slowest rank's batch.
-    waiting_for_data = all_of(at_least(_rise(w, i), "COMM_EXPLAINED_BY_WAIT"), at_least(w, "DATA_WAIT_SHARE"))
+    waiting_for_data = all_of(
+        at_least(value(ev, "wait_over_comm"), "COMM_EXPLAINED_BY_WAIT"), at_least(w, "DATA_WAIT_SHARE")
+    )
     if waiting_for_data:
         return Verification(
             "ruled_out",
@@ -278,16 +274,17 @@ def verify_gpu_net(ev: Evidence) -> Verification:
 def _loss_tests(ev: Evidence) -> tuple[float | None, int, int, Test, Test]:
     """(roughness ratio, spikes, baseline spikes, rougher test, recurring-spikes test)."""
     t = ev.train
-    rb, ri = t.loss_roughness.get("baseline"), t.loss_roughness.get("incident")
-    spikes = t.loss_spikes.get("incident") or 0
+    spikes = value(ev, "loss_spikes")
     base_spikes = t.loss_spikes.get("baseline") or 0
-    ratio = ri / rb if rb and ri is not None else None
+    ratio = value(ev, "loss_roughness_ratio")
     rougher = at_least(ratio, "LOSS_ROUGHNESS_RATIO")
-    recurring = at_least(spikes - base_spikes, "LOSS_SPIKES")  # more episodes than the baseline had
+    recurring = at_least(value(ev, "loss_spikes_more"), "LOSS_SPIKES")  # more episodes than the baseline had
     return ratio, spikes, base_spikes, rougher, recurring
 
 
 def detect_loss(ev: Evidence) -> Detection:
+    """Training loss oscillates: a rougher loss than the baseline's, or any spike (what a loss alert
+    fires on)."""
     t = ev.train
     if not t or not t.present or not t.loss_roughness:
         return Detection(False, 0.0, {}, ["train_loss"])
@@ -336,10 +333,8 @@ def verify_loss(ev: Evidence) -> Verification:
     different batches and holds only if both windows draw from the same shuffled mixture (said in
     the verdict); inconclusive when neither comparison can be made, or when the step time moved."""
     t = ev.train
-    wait, comm, step = t.data_wait_share, t.comm_share, t.step_s
-    step_ratio = (
-        step["incident"] / step["baseline"] if step.get("baseline") and step.get("incident") else None
-    )
+    wait, comm = t.data_wait_share, t.comm_share
+    step_ratio = value(ev, "step_time_ratio")
     ratio, spikes, base_spikes, rougher, recurring = _loss_tests(ev)
     same, shared = same_step_loss(ev)
     numbers = {

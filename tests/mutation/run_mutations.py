@@ -132,8 +132,8 @@ MUTATIONS: list[Mutation] = [
     M(
         "comm-share-divided",
         "perfkit/triage/training_rows.py",
-        'share = at_least(i, "COMM_SHARE")',
-        'share = at_least(i / 4, "COMM_SHARE")',
+        'share = at_least(value(ev, "comm_share"), "COMM_SHARE")',
+        'share = at_least((value(ev, "comm_share") or 0.0) / 4, "COMM_SHARE")',
         (f"{LIBRARY}[allreduce-scaling-64gpu]", f"{LIBRARY}[nccl-socket-fallback]"),
         "exposed all-reduce time of a quarter of the step would not be flagged",
     ),
@@ -148,8 +148,8 @@ MUTATIONS: list[Mutation] = [
     M(
         "loss-spikes-not-net-of-baseline",
         "perfkit/triage/training_rows.py",
-        'recurring = at_least(spikes - base_spikes, "LOSS_SPIKES")',
-        'recurring = at_least(spikes, "LOSS_SPIKES")',
+        'recurring = at_least(value(ev, "loss_spikes_more"), "LOSS_SPIKES")',
+        'recurring = at_least(value(ev, "loss_spikes"), "LOSS_SPIKES")',
         ("tests/triage/test_bad_input.py::test_loss_spikes_the_baseline_had_too_are_no_new_instability",),
         "a run that always had the odd loss spike would be called unstable",
     ),

@@ -46,6 +46,10 @@ def test_triage_matches_the_answer_key_with_margin(bundle):
     for r in result.results:
         for c in [*r.detection.cuts, *r.verification.cuts]:
             assert isinstance(getattr(T, c.name), int | float), c.name  # named by a real threshold
+            # ... and declared by the row as deciding or confirming it (perfkit/triage/rows.py)
+            assert c.name in (*r.row.decides, *r.row.confirms), f"{r.row.direction}: {c.name} undeclared"
+        undeclared = [q for q in r.reads if q not in r.row.reads]
+        assert undeclared == [], f"{r.row.direction} read quantities it does not declare: {undeclared}"
 
 
 def test_every_row_has_two_incidents_and_there_are_controls():

@@ -123,7 +123,6 @@ def stages(ctx: Context) -> Section:
 
 @section("triage", "Triage table")
 def triage(ctx: Context) -> Section:
-    from perfkit.analyses.evidence_series import evidence_series
     from perfkit.triage.evidence import gather, release_history_given
     from perfkit.triage.table import run
 
@@ -154,7 +153,9 @@ def triage(ctx: Context) -> Section:
     res.scope = report.as_dict() if report else None
     res.workloads = [w.as_dict() for w in workloads]
     series = {
-        r.row.direction: evidence_series(r.row.direction, ctx.engine, rel.span, per_token=ev.per_token())
+        r.row.direction: r.row.figure.series(ctx.engine, rel.span, per_token=ev.per_token())
+        if r.row.figure and r.row.figure.series
+        else None
         for r in res.confirmed()
     }
     return show.triage_section(res, ev, series, inc, _events(ctx))

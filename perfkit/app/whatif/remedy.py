@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from perfkit.triage.rows import BY_DIRECTION, ROWS
+
 MIN_GAIN = 0.10
 """The least relative gain called 'helps', even where the replay's own error is smaller: the
 histogram buckets the observed numbers are read through are coarser than that."""
@@ -53,14 +55,9 @@ CHUNK_BUDGET = 2048
 CHUNK_CAP = 512
 """The interference row's remedy: ``--max-num-batched-tokens 2048 --long-prefill-token-threshold 512``."""
 
-#: the number each direction is about, and whether lower is better (all are latencies)
-TARGET = {
-    "prefill_decode_interference": "ttft_p95_ms",
-    "scheduler_queueing": "ttft_p95_ms",
-    "kv_cache_allocation": "ttft_p95_ms",
-    "release_regression": "tpot_p50_ms",
-    "decode_efficiency": "tpot_p50_ms",
-}
+#: the number each direction's remedy must move (all are latencies: lower is better), as its triage row
+#: declares it (:attr:`perfkit.triage.row_types.Row.remedy_target`)
+TARGET = {r.direction: r.remedy_target for r in ROWS if r.remedy and r.remedy_target}
 SHOWN = ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "tpot_p95_ms", "output_throughput", "goodput",
          "usd_per_million_tokens")  # fmt: skip
 
@@ -114,42 +111,61 @@ def _ms(value: float | None) -> str:
     return f"{value / 1e3:.2f} s" if value >= 1000 else f"{value:.0f} ms"
 
 
-def candidates(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
-    """What the row's next step is, for the engine ``cfg`` (module docstring)."""
-    if direction == "prefill_decode_interference":
-        out = []
-        if not (cfg.enable_chunked_prefill and cfg.long_prefill_token_threshold):
-            out.append(
-                Candidate(
-                    direction,
-                    f"chunked prefill, budget {CHUNK_BUDGET}, {CHUNK_CAP}-token cap per request",
-                    {
-                        "enable_chunked_prefill": True,
-                        "max_num_batched_tokens": CHUNK_BUDGET,
-                        "long_prefill_token_threshold": CHUNK_CAP,
-                    },
-                )  # fmt: skip
-            )
-        return out
-    if direction == "scheduler_queueing":
-        return [Candidate(direction, "twice the engines (half the traffic each)", traffic_share=0.5)]
-    if direction == "kv_cache_allocation":
-        out = []
-        if cfg.gpu_memory_utilization + 1e-9 < MAX_UTILIZATION:
-            up = round(min(MAX_UTILIZATION, cfg.gpu_memory_utilization + KV_HEADROOM), 2)
-            out.append(Candidate(direction, f"gpu_memory_utilization {up:g}", {"gpu_memory_utilization": up}))
-        if cfg.max_num_seqs >= 16:
-            half = cfg.max_num_seqs // 2
-            out.append(Candidate(direction, f"max_num_seqs {half}", {"max_num_seqs": half}))
-        return out
-    if direction in ("release_regression", "decode_efficiency") and has_baseline:
-        what = (
-            "the previous release's speed"
-            if direction == "release_regression"
-            else "a healthy engine's speed"
+def _chunked_prefill(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
+    if cfg.enable_chunked_prefill and cfg.long_prefill_token_threshold:
+        return []
+    return [
+        Candidate(
+            direction,
+            f"chunked prefill, budget {CHUNK_BUDGET}, {CHUNK_CAP}-token cap per request",
+            {
+                "enable_chunked_prefill": True,
+                "max_num_batched_tokens": CHUNK_BUDGET,
+                "long_prefill_token_threshold": CHUNK_CAP,
+            },
         )
-        return [Candidate(direction, f"{what} (the baseline window's calibrated engine)", engine="baseline")]
-    return []
+    ]
+
+
+def _replicas(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
+    return [Candidate(direction, "twice the engines (half the traffic each)", traffic_share=0.5)]
+
+
+def _kv_headroom(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
+    out = []
+    if cfg.gpu_memory_utilization + 1e-9 < MAX_UTILIZATION:
+        up = round(min(MAX_UTILIZATION, cfg.gpu_memory_utilization + KV_HEADROOM), 2)
+        out.append(Candidate(direction, f"gpu_memory_utilization {up:g}", {"gpu_memory_utilization": up}))
+    if cfg.max_num_seqs >= 16:
+        half = cfg.max_num_seqs // 2
+        out.append(Candidate(direction, f"max_num_seqs {half}", {"max_num_seqs": half}))
+    return out
+
+
+def _baseline_engine(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
+    if not has_baseline:
+        return []
+    what = "the previous release's speed" if direction == "release_regression" else "a healthy engine's speed"
+    return [Candidate(direction, f"{what} (the baseline window's calibrated engine)", engine="baseline")]
+
+
+#: each remedy kind a triage row may declare (:attr:`perfkit.triage.row_types.Row.remedy`), and the
+#: candidates it tries for the engine (module docstring)
+REMEDIES = {
+    "chunked_prefill": _chunked_prefill,
+    "replicas": _replicas,
+    "kv_headroom": _kv_headroom,
+    "baseline_engine": _baseline_engine,
+}
+
+
+def candidates(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
+    """What the row's next step is, for the engine ``cfg`` (module docstring); none for a direction
+    whose row declares no remedy."""
+    row = BY_DIRECTION.get(direction)
+    if row is None or row.remedy is None:
+        return []
+    return REMEDIES[row.remedy](direction, cfg, has_baseline)
 
 
 def predict(
@@ -169,7 +185,7 @@ def predict(
     from perfkit.loadgen.shapes import replay_bundle
     from perfkit.sources.bundle import load_bundle
 
-    need_baseline = any(d in ("release_regression", "decode_efficiency") for d in directions)
+    need_baseline = any(BY_DIRECTION[d].remedy == "baseline_engine" for d in directions if d in BY_DIRECTION)
     rep = reproduce(bundle, cfg, seed=seed, baseline=need_baseline)
     rows = {(r["window"], r["metric"]): r for r in rep.rows}
     observed = {m: (rows.get(("incident", m)) or {}).get("observed") for m in SHOWN}
