@@ -14,6 +14,10 @@ A bundle is untrusted (a drill from someone else, a capture from another machine
 * every reader is bounded (:mod:`perfkit.sources.openmetrics`, :mod:`perfkit.sources.logs`,
   :mod:`perfkit.sources.safeyaml`; ``events.csv`` over :data:`MAX_EVENTS_BYTES` is not read).
 
+``metrics/`` may hold OpenMetrics, ``promtool tsdb dump`` text, query API JSON and TSDB snapshots,
+told apart by content (:mod:`perfkit.sources.metric_files`); a file of none of these formats, a
+sub-folder of ``logs/`` and a file of ``traces/`` that is no trace are named in :attr:`Bundle.missing`.
+
 A bundle may carry PyTorch profiler traces (``traces/``, one ``.json`` or ``.json.gz`` file per rank):
 directly in ``traces/`` (one profiled run) or in sub-folders of it, one per run
 (``traces/baseline/``, ``traces/incident/``: ranks of two runs cannot share a folder). They are
@@ -30,7 +34,6 @@ NeMo, torchtitan, DeepSpeed, the HF Trainer) and the TensorBoard event files und
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -45,7 +48,9 @@ from perfkit.engine.scope import scope_store
 from perfkit.errors import BundleError
 from perfkit.sources import openmetrics
 from perfkit.sources.incident_file import read_incident
-from perfkit.sources.safeio import not_regular, outside, size_text
+from perfkit.sources.metric_files import read_metrics, survey
+from perfkit.sources.safeio import outside, refusal, size_text
+from perfkit.sources.series_store import Select
 from perfkit.sources.trainer_series import TrainerEvidence, trainer_store
 
 MAX_EVENTS_BYTES = 64 * 2**20
@@ -53,6 +58,7 @@ MAX_EVENTS_BYTES = 64 * 2**20
 TRACE_SUFFIXES = (".json", ".gz")
 """Trace file names as ``perfkit.traces`` reads them (``tensorboard_trace_handler`` writes
 ``*.pt.trace.json`` or, gzipped, ``*.pt.trace.json.gz``)."""
+NOT_A_TRACE = "perfkit reads profiler traces named *.json or *.json.gz"
 MAX_TRACE_FILES = 1024
 """Trace files listed at most: one per rank of a 1024-GPU job profiled whole (profiling usually
 records a few ranks; each file is read streamed, so the bound is on the listing and the work)."""
@@ -128,26 +134,30 @@ def load_bundle(
     missing: list[str] = []
     files: dict[str, list[str]] = {}
 
-    metrics_dir = root / "metrics"
-    metric_files = _members(root, "metrics", "*.om", missing)
-    if not metrics_dir.is_dir():
+    entries = survey(root, missing)
+    if not (root / "metrics").is_dir():
         missing.append("metrics: the bundle has no metrics/ folder")
-    elif not metric_files and not any(m.startswith("metrics: ") for m in missing):
-        missing.append("metrics: metrics/ holds no *.om files")
+    elif not entries and not any(m.startswith("metrics: ") for m in missing):
+        missing.append("metrics: metrics/ holds no metrics files")
     scope = scope if scope is not None else incident_scope(inc)
     report = None
     if scope:
-        store, report = read_scoped(metric_files, scope, families=families)
+        skip, select, reports = _scope_rules(scope)
+        store, read, notes = read_metrics(entries, root, families=families, skip=skip, select=select)
+        report = reports[0]
+    elif entries:
+        store, read, notes = read_metrics(entries, root, families=families)
     else:
-        store = openmetrics.read_files(metric_files, families=families) if metric_files else MetricStore()
-    files["metrics"] = [_rel(p, root) for p in metric_files]
+        store, read, notes = MetricStore(), [], []
+    missing.extend(notes)
+    files["metrics"] = read
 
     from perfkit.sources.events import read_events
 
     events_path = root / "events.csv"
     events = pl.DataFrame(schema=EVENTS_SCHEMA)
     if os.path.lexists(events_path):
-        refused = _refusal(events_path, root)
+        refused = refusal(events_path, root)
         if refused is None and events_path.stat().st_size > MAX_EVENTS_BYTES:
             refused = f"over the {size_text(MAX_EVENTS_BYTES)} limit, not read"
         if refused is None:
@@ -230,6 +240,14 @@ def read_scoped(
 
     Raises :class:`~perfkit.engine.scope.ScopeMatchesNothing` when the matchers keep no series.
     """
+    skip, select, reports = _scope_rules(scope)
+    store = openmetrics.read_files(paths, families=families, skip=skip, select=select)
+    return store, reports[0]
+
+
+def _scope_rules(scope: Scope) -> tuple[openmetrics.Skip, Select, list[ScopeReport]]:
+    """The ``skip`` and ``select`` rules of a read narrowed to ``scope``, and the list its report
+    goes into."""
     reports: list[ScopeReport] = []
 
     def select(series: MetricStore) -> MetricStore:
@@ -237,9 +255,7 @@ def read_scoped(
         reports.append(report)
         return kept
 
-    skip = partial(_out_of_scope, scope)
-    store = openmetrics.read_files(paths, families=families, skip=skip, select=select)
-    return store, reports[0]
+    return partial(_out_of_scope, scope), select, reports
 
 
 def _out_of_scope(scope: Scope, family: str, labels: dict[str, str]) -> bool:
@@ -257,24 +273,9 @@ def _rel(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def _refusal(path: Path, root: Path) -> str | None:
-    """Why ``path`` (in ``root``) may not be read: it resolves outside ``root``, it is gone (a
-    broken link) or it is not a regular file; None when it may."""
-    where = outside(path, root)
-    if where is not None:
-        return f"resolves outside the bundle (to {where}), not read"
-    try:
-        mode = path.stat().st_mode
-    except OSError as err:
-        return f"cannot be read ({err.strerror or type(err).__name__})"
-    if not stat.S_ISREG(mode):
-        return f"is {not_regular(mode)}, not read"
-    return None
-
-
 def _members(root: Path, folder: str, pattern: str, missing: list[str]) -> list[Path]:
     """The readable files ``folder/pattern`` of the bundle, sorted; every refusal goes to ``missing``
-    (as ``"<folder>: <path> <why>"``). Sub-folders are skipped."""
+    (as ``"<folder>: <path> <why>"``), and so does every sub-folder (not read)."""
     where = root / folder
     if not where.is_dir():
         return []
@@ -285,8 +286,11 @@ def _members(root: Path, folder: str, pattern: str, missing: list[str]) -> list[
     found: list[Path] = []
     for p in sorted(where.glob(pattern)):
         if p.is_dir():
+            missing.append(
+                f"{folder}: {_rel(p, root)}/ not read: a folder (perfkit reads the files in {folder}/)"
+            )
             continue
-        refused = _refusal(p, root)
+        refused = refusal(p, root)
         if refused is None:
             found.append(p)
         else:
@@ -324,11 +328,15 @@ def _trace_members(root: Path, missing: list[str]) -> list[Path]:
                     missing.append(f"traces: {_rel(q, root)} is nested two folders deep, not read")
                 elif q.name.endswith(TRACE_SUFFIXES):
                     found.append(q)
+                else:
+                    missing.append(f"traces: {_rel(q, root)} not read: {NOT_A_TRACE}")
         elif p.name.endswith(TRACE_SUFFIXES):
             found.append(p)
+        else:
+            missing.append(f"traces: {_rel(p, root)} not read: {NOT_A_TRACE}")
     kept: list[Path] = []
     for p in found:
-        refused = _refusal(p, root)
+        refused = refusal(p, root)
         if refused is not None:
             missing.append(f"traces: {_rel(p, root)} {refused}")
         elif len(kept) == MAX_TRACE_FILES:

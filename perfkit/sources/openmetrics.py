@@ -10,6 +10,11 @@ Python; a line this fast split cannot take goes through the full :data:`SAMPLE_R
 drops a series' samples as they are read and ``select`` picks series from one row per series:
 :func:`perfkit.sources.bundle.read_scoped` pushes a workload scope down with them).
 
+The same machinery reads other line formats (:class:`Syntax`: ``promtool tsdb dump``'s, in
+:mod:`perfkit.sources.promdump`) and takes series given as arrays (:meth:`Reader.add_series`: query
+API JSON), all into one :class:`Reader` whose samples become the store
+(:mod:`perfkit.sources.series_store`).
+
 Strict where it matters:
 
 * a line that is neither a comment nor a well-formed sample is an error naming file and line;
@@ -40,14 +45,15 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, TypeAlias
+from typing import IO, TypeAlias
 
 import numpy as np
 import polars as pl
 
-from perfkit.core.frames import TS_DTYPE, MetricStore, to_ms
+from perfkit.core.frames import MetricStore, to_ms
 from perfkit.errors import BundleError
-from perfkit.sources.safeio import RefusedFile, open_regular, size_text
+from perfkit.sources.safeio import RefusedFile, last_line, long_line, open_regular, rest_of_line, size_text
+from perfkit.sources.series_store import PART, Select, SeriesStore
 
 MAX_FILE_BYTES = 2 * 2**30
 """Largest exposition file read: hours of every exporter of a node at 15 s scrapes is ~100s of MiB."""
@@ -58,7 +64,6 @@ MAX_LABEL_VALUE_BYTES = 16 * 2**10
 CHUNK_BYTES = 32 * 2**20
 """Bytes read and split at a time: large enough that polars' per-call cost vanishes (~300k
 lines), small enough that a piece's text and its split columns stay ~150 MB."""
-_SCAN_CHUNK = 16 * 2**20
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABELS = r"\{(?:[^\"}]|\"(?:[^\"\\]|\\.)*\")*\}"
@@ -75,39 +80,12 @@ _LABEL_PAIR = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"
 _SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _META = re.compile(r"^#\s+(TYPE|HELP|UNIT)\s+(" + _NAME + r")(?:\s+(.*))?$")
-_ID = "#sid"  # a column name no label can have
-_PART = {"sid": pl.UInt32, "ts": pl.Int64, "value": pl.Float64}  # a compact sample
 _CSV: dict = {"has_header": False, "separator": "\x01", "quote_char": None, "schema": {"line": pl.Utf8}}
 
 Families: TypeAlias = Callable[[str], bool] | Collection[str] | None
 """Which sample names to read: a set (``{"vllm:num_requests_running", ...}``), a predicate, or None (all)."""
 Skip: TypeAlias = Callable[[str, dict[str, str]], bool]
 """``skip(sample name, labels)``: True drops the series' samples as they are read (asked once per series)."""
-Select: TypeAlias = Callable[[MetricStore], MetricStore]
-"""Given one row per series (label columns, zero ``ts`` and ``value``), the rows to keep, as a store
-of those frames narrowed by row; the result keeps its family order."""
-
-
-def long_line(data: bytes | str, limit: int = MAX_LINE_BYTES) -> tuple[int, int] | None:
-    """(1-based line number, length in bytes) of the first line of ``data`` longer than ``limit``
-    bytes (newline excluded), or None. Vectorised (numpy) and chunked: memory stays at ~16 MiB
-    beyond ``data`` itself, whatever the line lengths."""
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    if len(raw) <= limit:
-        return None
-    arr = np.frombuffer(raw, dtype=np.uint8)
-    prev, lines = -1, 0  # offset of the last newline seen, newlines seen
-    for off in range(0, arr.size, _SCAN_CHUNK):
-        newlines = np.flatnonzero(arr[off : off + _SCAN_CHUNK] == 10) + off
-        if not newlines.size:
-            continue
-        lengths = np.diff(newlines, prepend=prev) - 1
-        over = np.flatnonzero(lengths > limit)
-        if over.size:
-            return lines + int(over[0]) + 1, int(lengths[over[0]])
-        lines, prev = lines + newlines.size, int(newlines[-1])
-    tail = arr.size - prev - 1
-    return (lines + 1, tail) if tail > limit else None
 
 
 def parse_labels(block: str) -> dict[str, str]:
@@ -160,32 +138,50 @@ def _lines(data: bytes, first: int, n: int) -> pl.DataFrame:
     return pl.DataFrame({"line": lines}).with_row_index("lineno", offset=first)
 
 
-def _last_line(data: bytes) -> str | None:
-    """The last line of ``data`` with something besides whitespace (stripped), or None."""
-    end = len(data)
-    while end > 0:
-        lo = max(0, end - 2 * MAX_LINE_BYTES)
-        kept = data[lo:end].rstrip()
-        if kept:
-            stop = lo + len(kept)
-            start = data.rfind(b"\n", 0, stop) + 1
-            return data[start:stop].decode("utf-8", "replace").strip()
-        end = lo
-    return None
-
-
 def _too_long(path: str, lineno: int, length: int) -> BundleError:
     what = f"line of {size_text(length)}, longer than the {size_text(MAX_LINE_BYTES)} limit"
     return BundleError(f"{what} (a corrupt or hostile file?)", path=path, line=lineno)
 
 
+@dataclass(frozen=True)
+class Syntax:
+    """How a text format writes its sample lines ``<head> <value> <timestamp>``: OpenMetrics
+    (:data:`OPENMETRICS`) or ``promtool tsdb dump``'s (:data:`perfkit.sources.promdump.DUMP`)."""
+
+    series: Callable[[str], tuple[str, dict[str, str]] | None]
+    """A line's head to (sample name, labels); None: not a head (the fast split cut the line
+    wrongly); ValueError: malformed labels."""
+    sample_re: str
+    """The whole line, for lines the fast split cannot take: groups name, labels, value, timestamp."""
+    ts_ms: float = 1000.0
+    """Milliseconds in a unit of the timestamp."""
+    names_first: bool = True
+    """Lines start with the sample name (``families`` then drops other lines before they are split)."""
+    skipped: tuple[str, str] | None = None
+    """Lines dropped and counted (:attr:`FileRead.skipped`), not read (samples of a kind not kept):
+    a text they hold, and the regex they match."""
+
+
+def _om_series(head: str) -> tuple[str, dict[str, str]] | None:
+    m = _HEAD.fullmatch(head)
+    return None if m is None else (m.group(1), parse_labels(m.group(2) or "{}"))
+
+
+OPENMETRICS = Syntax(_om_series, SAMPLE_RE)
+Infer: TypeAlias = Callable[[str, Collection[str]], str]
+"""``infer(sample name, the file's sample names)``: the type of a family no TYPE line names."""
+
+
 @dataclass
-class _File:
+class FileRead:
     """One file being read: its TYPE lines, series, compact samples and first problems."""
 
     path: str
     default_ts: datetime | None
     require_eof: bool
+    syntax: Syntax = OPENMETRICS
+    infer: Infer | None = None  # the type of a family without TYPE line (None: unknown)
+    skipped: int = 0  # lines of ``syntax.skipped_re``
     types: dict[str, str] = field(default_factory=dict)
     names: dict[str, None] = field(default_factory=dict)  # families in first-seen order
     filtered: set[str] = field(default_factory=set)  # names of lines ``families`` skipped
@@ -198,27 +194,34 @@ class _File:
     offset: int = 0  # bytes before the current piece
 
 
-class _Reader:
-    """Series registry and compact samples of the files of one read."""
+class Reader(SeriesStore):
+    """Series registry and compact samples of the files of one read, of any syntax
+    (:meth:`read_path`, :meth:`read`) or given as arrays (:meth:`add_series`); :meth:`finish` makes
+    the store."""
 
     def __init__(self, families: Families = None, skip: Skip | None = None) -> None:
         self.want = _predicate(families)
         self.skip = skip
+        super().__init__()
         self.by_head: dict[str, int] = {}
         self.by_key: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-        self.family: list[str] = []  # by series id
-        self.labels: list[dict[str, str]] = []
         self.out: list[bool] = []  # skipped: samples not kept
-        self.keys: dict[str, dict[str, None]] = {}  # label names of each family, first seen first
-        self.order: dict[str, None] = {}
-        self.types: dict[str, str] = {}
-        self.present: set[int] = set()
-        self.parts: list[pl.DataFrame] = []
 
-    def read_path(self, path: Path, default_ts: datetime | None, max_bytes: int) -> None:
+    def read_path(
+        self,
+        path: Path,
+        default_ts: datetime | None,
+        max_bytes: int,
+        *,
+        syntax: Syntax = OPENMETRICS,
+        infer: Infer | None = None,
+    ) -> FileRead:
+        eof = syntax is OPENMETRICS and path.suffix == ".om"
         try:
             with open_regular(path, max_bytes=max_bytes) as fh:
-                self.read(fh, _File(str(path), default_ts, path.suffix == ".om"), max_bytes)
+                f = FileRead(str(path), default_ts, eof, syntax, infer)
+                self.read(fh, f, max_bytes)
+                return f
         except FileNotFoundError:
             raise BundleError("file not found", path=str(path)) from None
         except RefusedFile as exc:
@@ -226,7 +229,12 @@ class _Reader:
         except OSError as exc:
             raise BundleError(f"cannot read ({exc.strerror or type(exc).__name__})", path=str(path)) from None
 
-    def read(self, fh: BinaryIO, f: _File, max_bytes: int | None) -> None:
+    def read(self, fh: IO[bytes], f: FileRead, max_bytes: int | None) -> None:
+        self.read_pieces(fh, f, max_bytes)
+        self.end(f)
+
+    def read_pieces(self, fh: IO[bytes], f: FileRead, max_bytes: int | None) -> None:
+        """Read ``fh`` to its end into ``f``; its samples count once :meth:`end` took them."""
         while data := fh.read(CHUNK_BYTES):
             if not data.endswith(b"\n"):  # finish the line (bounded: a longer one is refused below)
                 data += fh.readline(MAX_LINE_BYTES + 1)
@@ -235,12 +243,12 @@ class _Reader:
             newlines = data.count(b"\n")
             tail = len(data) - data.rfind(b"\n") - 1  # an unfinished last line: the file's, or a long one
             if tail > MAX_LINE_BYTES:
-                found = long_line(data[: len(data) - tail]) or (newlines + 1, tail + _rest_of_line(fh))
+                cut = long_line(data[: len(data) - tail], MAX_LINE_BYTES)
+                found = cut or (newlines + 1, tail + rest_of_line(fh, CHUNK_BYTES))
                 raise _too_long(f.path, f.lines + found[0], found[1])
             self._piece(f, data, newlines + (tail > 0))
-        self._end(f)
 
-    def _piece(self, f: _File, data: bytes, n: int) -> None:
+    def _piece(self, f: FileRead, data: bytes, n: int) -> None:
         first = f.lines + 1
         f.lines += n
         f.offset += len(data)
@@ -256,12 +264,12 @@ class _Reader:
                 )
                 f.parts.clear()
         if f.utf8 is not None or f.error is not None:  # still checked: long lines, UTF-8, # EOF
-            found = long_line(data)
+            found = long_line(data, MAX_LINE_BYTES)
             if found is not None:
                 raise _too_long(f.path, first - 1 + found[0], found[1])
             if f.utf8 is not None:
                 return
-        f.last = _last_line(data) or f.last
+        f.last = last_line(data, 2 * MAX_LINE_BYTES) or f.last
         if f.error is not None:
             return
         frame = _lines(data, first, n)
@@ -273,7 +281,24 @@ class _Reader:
             f.error = exc
             f.parts.clear()
 
-    def _end(self, f: _File) -> None:
+    def add_series(
+        self, f: FileRead, name: str, labels: dict[str, str], ts: np.ndarray, values: np.ndarray
+    ) -> None:
+        """One series' samples (``ts`` in ms) read from another format into ``f``."""
+        if self.want is not None and not self.want(name):
+            f.filtered.add(name)
+            return
+        pending: list[BundleError] = []
+        sid = self._register(f, name, labels, None, pending)
+        if pending:
+            raise pending[0]
+        f.sids.add(sid)
+        if not self.out[sid]:
+            sids = pl.Series(np.full(ts.size, sid), dtype=pl.UInt32)
+            f.parts.append(pl.DataFrame({"sid": sids, "ts": ts.astype(np.int64), "value": values}))
+
+    def end(self, f: FileRead) -> None:
+        """Check ``f``'s end and take its samples (the first problem is raised)."""
         if f.utf8 is not None:
             raise f.utf8
         if f.require_eof and f.last != "# EOF":
@@ -293,10 +318,13 @@ class _Reader:
         for name in f.names:
             if name not in drop:
                 self.order.setdefault(name)
-                self.types[name] = _family_type(name, f.types)
+                kind = _family_type(name, f.types)
+                if kind == "unknown" and f.infer is not None:
+                    kind = f.infer(name, names)
+                self.types[name] = kind if kind != "unknown" else self.types.get(name, kind)
         self.present.update(s for s in f.sids if self.family[s] not in drop)
 
-    def _parse(self, f: _File, frame: pl.DataFrame, *, is_ascii: bool, cr: bool) -> None:
+    def _parse(self, f: FileRead, frame: pl.DataFrame, *, is_ascii: bool, cr: bool) -> None:
         if cr:
             frame = frame.with_columns(pl.col("line").str.strip_chars_end("\r"))
         is_comment = pl.col("line").str.starts_with("#")
@@ -308,7 +336,14 @@ class _Reader:
             f.types[m.group(2)] = m.group(3).strip()
         samples = frame.filter(~is_comment)
         del frame, comments
-        if self.want is not None:
+        if f.syntax.skipped is not None:
+            text, regex = f.syntax.skipped
+            maybe = pl.col("line").str.contains(text, literal=True)  # fast; the regex only if any
+            if samples.select(maybe.any()).item():
+                skipped = maybe & pl.col("line").str.contains(regex)
+                f.skipped += int(samples.select(skipped.sum()).item())
+                samples = samples.filter(~skipped)
+        if self.want is not None and f.syntax.names_first:
             samples = self._wanted(f, samples)
         line, pos = pl.col("line"), pl.col("pos")  # pos: a byte offset, a character one in ASCII text
         if is_ascii:
@@ -328,9 +363,11 @@ class _Reader:
         if (slow := rows.filter(pl.col("sid") == -1)).height:  # (-2: malformed labels, reported below)
             rows = pl.concat([rows.filter(pl.col("sid") != -1), self._ids(f, self._slow(f, slow), pending)])
             rows = rows.sort("lineno")
+        if self.want is not None and not f.syntax.names_first:
+            rows = rows.filter(pl.col("sid") != -3)  # other families: not checked
         self._values(f, rows.drop("line", "head"), pending)
 
-    def _ids(self, f: _File, rows: pl.DataFrame, pending: list[BundleError]) -> pl.DataFrame:
+    def _ids(self, f: FileRead, rows: pl.DataFrame, pending: list[BundleError]) -> pl.DataFrame:
         """``rows`` with ``sid``, the series id of each row's head (-1: no head, or not a series'
         head: the fast split cut the line wrongly)."""
         firsts = rows.filter(pl.col("head").is_not_null()).unique(
@@ -344,7 +381,7 @@ class _Reader:
         codes = rows["head"].cast(pl.Enum(firsts["head"])).to_physical().fill_null(len(ids) - 1)
         return rows.with_columns(sid=pl.Series(ids[codes.to_numpy()], dtype=pl.Int64))
 
-    def _wanted(self, f: _File, samples: pl.DataFrame) -> pl.DataFrame:
+    def _wanted(self, f: FileRead, samples: pl.DataFrame) -> pl.DataFrame:
         line = pl.col("line")
         end = line.str.find(_NAME_END).fill_null(line.str.len_bytes())
         names = samples.select(line.cast(pl.Binary).bin.head(end).cast(pl.Utf8).alias("n"))["n"]
@@ -353,12 +390,12 @@ class _Reader:
         f.filtered.update(n for n in distinct if n not in keep)
         return samples if len(keep) == len(distinct) else samples.filter(names.is_in(keep))
 
-    def _slow(self, f: _File, rows: pl.DataFrame) -> pl.DataFrame:
+    def _slow(self, f: FileRead, rows: pl.DataFrame) -> pl.DataFrame:
         """Lines the fast split could not take, through the full sample regex (blank ones dropped)."""
         rows = rows.filter(pl.col("line").str.strip_chars() != "")
-        parts = rows.select("lineno", "line", pl.col("line").str.extract_groups(SAMPLE_RE).alias("g")).unnest(
-            "g"
-        )
+        parts = rows.select(
+            "lineno", "line", pl.col("line").str.extract_groups(f.syntax.sample_re).alias("g")
+        ).unnest("g")
         parts.columns = ["lineno", "line", "name", "labels", "value_s", "ts_s"]
         if (bad := parts.filter(pl.col("name").is_null())).height:
             lineno, line = bad.row(0)[:2]
@@ -366,11 +403,11 @@ class _Reader:
         head = pl.col("name") + pl.col("labels").fill_null("")
         return parts.select("lineno", "line", head.alias("head"), "value_s", "ts_s")
 
-    def _values(self, f: _File, rows: pl.DataFrame, pending: list[BundleError]) -> None:
+    def _values(self, f: FileRead, rows: pl.DataFrame, pending: list[BundleError]) -> None:
         rows = rows.with_columns(
             pl.col("value_s").cast(pl.Float64, strict=False).alias("value"),
             pl.col("ts_s").cast(pl.Float64, strict=False).alias("ts_f"),
-        ).with_columns((pl.col("ts_f") * 1000.0).round().cast(pl.Int64, strict=False).alias("ts"))
+        ).with_columns((pl.col("ts_f") * f.syntax.ts_ms).round().cast(pl.Int64, strict=False).alias("ts"))
         bad = rows.filter(pl.col("value").is_null() | (pl.col("ts").is_null() & pl.col("ts_s").is_not_null()))
         if bad.height:
             row = bad.row(0, named=True)
@@ -394,31 +431,37 @@ class _Reader:
         out = np.asarray(self.out, dtype=bool)
         if out[seen].any():
             rows = rows.filter(pl.Series(~out[sid]))
-        f.parts.append(rows.select(pl.col(c).cast(t) for c, t in _PART.items()))
+        f.parts.append(rows.select(pl.col(c).cast(t) for c, t in PART.items()))
 
-    def _head(self, f: _File, head: str, lineno: int, pending: list[BundleError]) -> int:
-        """The series id of a head (``name{labels}``), -1 when the fast split cut the line wrongly."""
+    def _head(self, f: FileRead, head: str, lineno: int, pending: list[BundleError]) -> int:
+        """The series id of a head (``name{labels}`` in OpenMetrics), -1 when the fast split cut the
+        line wrongly, -2 for malformed labels, -3 for a family ``families`` leaves out."""
         if (sid := self.by_head.get(head)) is not None:
             f.names.setdefault(self.family[sid])
             return sid
-        if (m := _HEAD.fullmatch(head)) is None:
-            return -1
-        if (sid := self._register(f, m.group(1), m.group(2) or "{}", lineno, pending)) >= 0:
-            self.by_head[head] = sid
-        return sid
-
-    def _register(self, f: _File, name: str, block: str, lineno: int, pending: list[BundleError]) -> int:
         try:
-            labels = parse_labels(block)
-            for k, size in ((k, len(v.encode("utf-8"))) for k, v in labels.items()):
-                if size > MAX_LABEL_VALUE_BYTES:
-                    limit = size_text(MAX_LABEL_VALUE_BYTES)
-                    raise ValueError(
-                        f"label {k} has a value of {size_text(size)}, longer than the {limit} limit"
-                    )
+            parsed = f.syntax.series(head)
         except ValueError as exc:
             pending.append(BundleError(str(exc)[:300], path=f.path, line=lineno))
             return -2
+        if parsed is None:
+            return -1
+        if self.want is not None and not self.want(parsed[0]):
+            f.filtered.add(parsed[0])
+            return -3
+        if (sid := self._register(f, *parsed, lineno, pending)) >= 0:
+            self.by_head[head] = sid
+        return sid
+
+    def _register(
+        self, f: FileRead, name: str, labels: dict[str, str], lineno: int | None, pending: list[BundleError]
+    ) -> int:
+        for k, size in ((k, len(v.encode("utf-8"))) for k, v in labels.items()):
+            if size > MAX_LABEL_VALUE_BYTES:
+                limit = size_text(MAX_LABEL_VALUE_BYTES)
+                why = f"label {k[:80]} has a value of {size_text(size)}, longer than the {limit} limit"
+                pending.append(BundleError(why, path=f.path, line=lineno))
+                return -2
         key = (name, tuple(sorted(labels.items())))
         sid = self.by_key.get(key)
         if sid is None:
@@ -429,117 +472,6 @@ class _Reader:
             self.out.append(self.skip is not None and self.skip(name, labels))
         f.names.setdefault(name)
         return sid
-
-    def finish(self, select: Select | None = None) -> MetricStore:
-        kept = np.zeros(len(self.family), dtype=bool)
-        kept[list(self.present)] = True
-        families = list(self.order)
-        if select is not None:
-            kept, families = self._selected(kept, select)
-        members = self._members(kept)
-        names = [n for n in families if n in members]
-        key_of = np.full(len(self.family), -1, dtype=np.int64)
-        lookups: dict[str, tuple[int, pl.DataFrame]] = {}
-        base = 0
-        for name in names:
-            frame = self._series(name, members[name]).with_row_index(_ID)
-            keys = list(self.keys[name])
-            if keys:
-                frame = frame.sort(keys, nulls_last=True, maintain_order=True)
-            key_of[np.asarray(members[name])[frame[_ID].to_numpy()]] = base + np.arange(frame.height)
-            lookups[name] = (base, frame.drop(_ID))
-            base += frame.height
-        samples = pl.concat(self.parts) if self.parts else pl.DataFrame(schema=_PART)
-        sid, ts, value = (samples[c].to_numpy() for c in _PART)
-        self.parts = []
-        del samples
-        key = key_of[sid]
-        if not (keep := key >= 0).all():
-            key, ts, value = key[keep], ts[keep], value[keep]
-        order = _series_order(key, ts)
-        key, ts, value = key[order], ts[order], value[order]
-        del order
-        if key.size > 1 and (dup := (key[1:] == key[:-1]) & (ts[1:] == ts[:-1])).any():
-            keep = np.append(~dup, True)  # one value per (series, ts): the last written
-            key, ts, value = key[keep], ts[keep], value[keep]
-        store = MetricStore(types={n: self.types[n] for n in self.order})
-        for name in names:
-            base, lookup = lookups[name]
-            lo, hi = (int(i) for i in np.searchsorted(key, [base, base + lookup.height]))
-            columns = pl.DataFrame(
-                {"ts": pl.Series(ts[lo:hi]).cast(TS_DTYPE), "value": pl.Series(value[lo:hi])}
-            )
-            if lookup.width:
-                columns = pl.concat([lookup[key[lo:hi] - base], columns], how="horizontal")
-            store.frames[name] = columns
-        return store
-
-    def _members(self, mask: np.ndarray) -> dict[str, list[int]]:
-        members: dict[str, list[int]] = {}
-        for sid in np.flatnonzero(mask).tolist():
-            members.setdefault(self.family[sid], []).append(sid)
-        return members
-
-    def _series(self, name: str, sids: list[int]) -> pl.DataFrame:
-        """One row of label columns per series (a family without labels: no columns, one row)."""
-        keys = list(self.keys[name])
-        if not keys:
-            return pl.DataFrame({"_": [None] * len(sids)}).drop("_")
-        return pl.DataFrame(
-            {k: [self.labels[s].get(k) for s in sids] for k in keys}, schema=dict.fromkeys(keys, pl.Utf8)
-        )
-
-    def _selected(self, present: np.ndarray, select: Select) -> tuple[np.ndarray, list[str]]:
-        """The series ``select`` keeps of a store of one row per series, and its family order."""
-        members = self._members(present)
-        series = MetricStore(types={n: self.types[n] for n in self.order})
-        for name in self.order:
-            if sids := members.get(name):
-                zeros = pl.Series([0] * len(sids), dtype=pl.Int64)
-                series.frames[name] = self._series(name, sids).with_columns(
-                    ts=zeros.cast(TS_DTYPE), value=zeros.cast(pl.Float64)
-                )
-        chosen = select(series)
-        kept = np.zeros_like(present)
-        for name, frame in chosen.frames.items():
-            full, ids = series.frames[name], np.asarray(members[name])
-            labels = [c for c in full.columns if c not in ("ts", "value")]
-            if frame.height == full.height or not labels:
-                kept[ids] = True
-            else:
-                hit = full.with_row_index(_ID).join(
-                    frame.select(labels), on=labels, how="semi", nulls_equal=True
-                )
-                kept[ids[hit[_ID].to_numpy()]] = True
-        return kept, list(chosen.frames)
-
-
-def _series_order(key: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Indices that sort by (series key, ts), equal pairs staying in the order they were written.
-    The keys are small integers, so a stable radix sort by key is linear; it is all that is needed
-    when every series was written in time order (as exporters and captures write them)."""
-    order = _radix(key)
-    k, t = key[order], ts[order]
-    if np.any((k[1:] == k[:-1]) & (t[1:] < t[:-1])):
-        by_ts = np.argsort(ts, kind="stable")
-        order = by_ts[_radix(key[by_ts])]
-    return order
-
-
-def _radix(key: np.ndarray) -> np.ndarray:
-    """Stable argsort of non-negative integer keys under 2**32: numpy's radix sort on 16-bit digits."""
-    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
-    if key.size and int(key.max()) > 0xFFFF:
-        order = order[np.argsort((key[order] >> 16).astype(np.uint16), kind="stable")]
-    return order
-
-
-def _rest_of_line(fh: BinaryIO) -> int:
-    """Bytes up to the next newline (or the end), read and dropped piece by piece."""
-    n = cut = 0
-    while (data := fh.read(CHUNK_BYTES)) and (cut := data.find(b"\n")) < 0:
-        n += len(data)
-    return n + (cut if data else 0)
 
 
 def parse_text(
@@ -555,8 +487,8 @@ def parse_text(
     Raises :class:`~perfkit.errors.BundleError` (path and line) for a malformed line, a line over
     :data:`MAX_LINE_BYTES` or a label value over :data:`MAX_LABEL_VALUE_BYTES`.
     """
-    reader = _Reader(families)
-    reader.read(io.BytesIO(text.encode("utf-8")), _File(path, default_ts, require_eof), None)
+    reader = Reader(families)
+    reader.read(io.BytesIO(text.encode("utf-8")), FileRead(path, default_ts, require_eof), None)
     return reader.finish()
 
 
@@ -573,7 +505,7 @@ def read_file(
     not a regular file (FIFO, device: never read), one over ``max_bytes`` (never read past it by
     more than a line), text that is not UTF-8, and (with the line) any line :func:`parse_text` refuses.
     """
-    reader = _Reader(families)
+    reader = Reader(families)
     reader.read_path(Path(path), default_ts, max_bytes)
     return reader.finish()
 
@@ -588,7 +520,7 @@ def read_files(
     """Read and merge exposition files (each as :func:`read_file`, bounded the same way; the same
     series in two files is one series, the later file's value winning a shared timestamp).
     ``families``, ``skip`` and ``select`` narrow what is read (the module docstring)."""
-    reader = _Reader(families, skip)
+    reader = Reader(families, skip)
     for path in sorted(Path(p) for p in paths):
         reader.read_path(path, None, MAX_FILE_BYTES)
     return reader.finish(select)
