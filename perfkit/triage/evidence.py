@@ -80,6 +80,8 @@ class Evidence:
     quantities: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: the names of the quantities read since the table set it (perfkit.triage.table.run: per row)
     read_log: list[str] | None = field(default=None, repr=False, compare=False)
+    #: the preconditions checked since the table set it (perfkit.triage.conditions.precondition: per row)
+    gate_log: list[Any] | None = field(default=None, repr=False, compare=False)
 
     # convenience accessors --------------------------------------------------------------------
     def q(self, side: str, signal: str, q: float) -> float | None:

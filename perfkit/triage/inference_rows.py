@@ -11,7 +11,6 @@ carries the cuts its outcome hung on.
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +19,15 @@ from perfkit.analyses.stages import PREFILL_STAND_IN
 from perfkit.core.frames import iso, utc
 from perfkit.engine import dialects
 from perfkit.triage import thresholds as T
-from perfkit.triage.conditions import kv_high, kv_saturated, long_rose, saturated, stalls_new
+from perfkit.triage.conditions import (
+    chunked_prefill_off,
+    kv_high,
+    kv_saturated,
+    long_rose,
+    saturated,
+    stalls_new,
+    whole_prompt_prefills,
+)
 from perfkit.triage.evidence import Evidence
 from perfkit.triage.quantities import value
 from perfkit.triage.row_types import (
@@ -38,6 +45,7 @@ from perfkit.triage.row_types import (
     calm_text,
     cuts_of,
     negate,
+    weigh,
 )
 
 # -- tail_latency_divergence → prefill_decode_interference -------------------------------------
@@ -49,9 +57,11 @@ def detect_tail(ev: Evidence) -> Detection:
     tok = value(ev, "per_token")
     p95, p99 = value(ev, "ttft_p95_ratio"), value(ev, "ttft_p99_ratio")
     p50 = value(ev, "ttft_p50_ratio")  # outside a restart's backlog: its queue is no slower median
-    # Without chunked prefill, newly arrived long prompts hold back the prefills that arrive during
-    # theirs: "P50 fine" is then judged on the requests they did not hold back (triage.held_back)
-    held_context = value(ev, "chunked_prefill") is False and bool(long_rose(ev))
+    # Where long prompts' prefills take whole steps (chunked prefill off, or stalls that follow them
+    # closely), newly arrived long prompts hold back the prefills that arrive during theirs: "P50 fine"
+    # is then judged on the requests they did not hold back (triage.held_back)
+    whole = whole_prompt_prefills(ev)
+    held_context = bool(whole) and bool(long_rose(ev))
     p50_judged = value(ev, "ttft_p50_unheld_ratio") if held_context else p50
     tok99 = value(ev, "per_token_p99_ratio")
     it = ev.interference
@@ -78,11 +88,14 @@ def detect_tail(ev: Evidence) -> Detection:
         at_least(delta, "MIN_TAIL_DELTA_S"),
     )
     tail_bad = any_of(quantile_tail, stalls_new(ev))
-    median_fine = at_most(p50_judged, "MEDIAN_FINE_RATIO")  # ... while the median request is as usual
     missing = [] if long_share is not None else [_prompt_histogram_missing(ev)]
     long_mixed = at_least(long_share, "LONG_PROMPT_SHARE")
     # Without a prompt-length histogram the row still fires (the mechanism is then unmeasured).
-    decided = all_of(tail_bad, median_fine, long_mixed if long_share is not None else Test(True))
+    deciding = all_of(tail_bad, long_mixed if long_share is not None else Test(True))
+    # ... while the median request is as usual: a confirmatory cut, weighed within its noise
+    median_fine = weigh(at_most(p50_judged, "MEDIAN_FINE_RATIO"), deciding)
+    # the median judged on the requests not held back rests on what told the prefills take whole steps
+    decided = all_of(deciding, median_fine, whole if held_context else Test(True))
     tail_ratio = max(x for x in (p95, tok99) if x is not None)
     strength = T.tail_strength(tail_ratio, bool(long_mixed)) if decided else 0.0
     return Detection(decided.ok, strength, facts, missing, cuts_of(decided))
@@ -123,14 +136,6 @@ def _long_arrivals(it: Any) -> str:
     return f"long-prompt (>{it.long_threshold_tokens:g} tok) arrivals"
 
 
-def _fisher_band(r: float, n: int) -> tuple[float, float]:
-    """The one-sided CORR_Z band of a correlation of ``n`` pairs (Fisher's z)."""
-    if n <= 3:
-        return -1.0, 1.0
-    z, half = math.atanh(max(-0.999999, min(0.999999, r))), T.CORR_Z / math.sqrt(n - 3)
-    return math.tanh(z - half), math.tanh(z + half)
-
-
 def verify_tail(ev: Evidence) -> Verification:
     """Do decode stalls follow long-prompt arrivals, on a server that is not saturated? Confirmed by
     their correlation in two-minute bins, or by the mechanism the whole window shows (stalls and long
@@ -157,23 +162,26 @@ def verify_tail(ev: Evidence) -> Verification:
             "cannot line up long-prompt arrivals with ITL stalls (histograms missing or too few minutes)",
             numbers,
         )
-    low, high = _fisher_band(it.correlation, it.minutes)
+    low, high = value(ev, "corr_band_90")
     numbers["corr_band_90"] = [_r(low), _r(high)]
     # A nearly full KV cache stalls running decodes by preempting them; one that only holds new
     # requests back shows as requests waiting (conditions.kv_saturated).
     numbers["preemptions_per_s"] = _r(value(ev, "preemptions_per_s"), 4)
     busy = saturated(ev)
-    calm = negate(busy)
     follows = at_least(value(ev, "corr_long_vs_stalls"), "CORR_CONFIRM")
     if it.stall_threshold_s is None:
         # TPOT averages a stall over a request's tokens: a TPOT tail that follows long prefills is a
         # stall only on an engine that runs a whole prompt in one step (chunked prefill known off);
         # with chunks, long prompts slow the shared steps a little and every TPOT with them
-        follows = all_of(follows, Test(value(ev, "chunked_prefill") is False))
+        follows = all_of(follows, chunked_prefill_off(ev))
     unrelated = below(high, "CORR_RULE_OUT")  # even the top of its band is under the cut
     # The mechanism shown at the window level: stalls and long prompts both appeared against the
     # baseline, on an engine that lets one prefill take a whole step (chunked prefill off).
-    mechanism = all_of(stalls_new(ev), long_rose(ev), Test(value(ev, "chunked_prefill") is False))
+    mechanism = all_of(stalls_new(ev), long_rose(ev), chunked_prefill_off(ev))
+    shown = all_of(mechanism, negate(unrelated))
+    # A server not saturated rules out the other cause of stalls: a confirmatory test, weighed within
+    # its noise against the line of evidence that holds
+    calm = weigh(negate(busy), any_of(follows, shown))
     if unrelated:
         return Verification(
             "ruled_out",
@@ -186,7 +194,6 @@ def verify_tail(ev: Evidence) -> Verification:
         # Either line of evidence suffices, and the verdict rests on the one further from its cuts: a
         # correlation of a dozen bins that barely clears its cut is no reason to doubt a mechanism
         # the whole window shows
-        shown = all_of(mechanism, negate(unrelated))
         either = any_of(follows, shown)
         decided = all_of(calm, either)
         if follows and all(c in follows.cuts for c in either.cuts):
@@ -211,7 +218,7 @@ def verify_tail(ev: Evidence) -> Verification:
             why += dialects.knob("chunked_prefill", ev.serving_engine, now) or "enable chunked prefill"
         return Verification("confirmed", why, numbers, cuts_of(decided))
     why = f"{_long_arrivals(it)} and {_stall_words(it)} correlate (r={it.correlation:.2f})"
-    if busy:
+    if not calm:
         why += " but the server is saturated, which also explains stalls"
         cuts = cuts_of(busy, negate(unrelated))
     elif it.stall_threshold_s is None and value(ev, "chunked_prefill") is not False:

@@ -12,6 +12,7 @@ its row reads; a name that is not here fails at import.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -240,6 +241,26 @@ _q(
     "corr_long_vs_stalls",
     "the correlation of long-prompt arrivals with stalls in two-minute bins",
     lambda ev: ev.interference.correlation,
+)
+
+
+def fisher_band(r: float, n: int) -> tuple[float, float]:
+    """The one-sided :data:`~perfkit.triage.thresholds.CORR_Z` band of a correlation of ``n`` pairs
+    (Fisher's z): (-1, 1) for three pairs or fewer."""
+    if n <= 3:
+        return -1.0, 1.0
+    z, half = math.atanh(max(-0.999999, min(0.999999, r))), T.CORR_Z / math.sqrt(n - 3)
+    return math.tanh(z - half), math.tanh(z + half)
+
+
+_q(
+    "corr_band_90",
+    "the correlation's 90 % band (Fisher's z over the bins it was read on): (low, high)",
+    lambda ev: (
+        None
+        if ev.interference.correlation is None
+        else fisher_band(ev.interference.correlation, ev.interference.minutes)
+    ),
 )
 
 # -- memory and logs ---------------------------------------------------------------------------------

@@ -3,7 +3,11 @@ record of every threshold comparison (:class:`Cut`), and the small helpers every
 verification share. :mod:`perfkit.triage.rows` re-exports the types.
 
 Every comparison of a measured number with a threshold of :mod:`perfkit.triage.thresholds` goes
-through :func:`at_least`, :func:`above`, :func:`at_most` or :func:`below`. Each returns a
+through :func:`at_least`, :func:`above`, :func:`at_most` or :func:`below`. A confirmatory comparison
+(one that rules out another explanation rather than shows the row's: "the median is as usual") goes
+through :func:`weigh` as well: within its noise it is weighed against how far the deciding evidence
+is past its cuts, not taken as a veto. A yes/no fact a verdict depends on (chunked prefill off) is a
+:class:`Gate`, recorded with the verdict (:mod:`perfkit.triage.conditions`). Each returns a
 :class:`Test`: its truth and the :class:`Cut` behind it. :func:`any_of` and :func:`all_of` combine
 tests and keep only the cuts that *decided* the combination (an ``or`` that came out true: the true
 ones; came out false: all; an ``and`` that came out false: the false ones; true: all), so a
@@ -61,6 +65,19 @@ class Test:
 
 #: a test on a number that is not there: false, decided by nothing that was measured
 ABSENT = Test(False)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A yes/no precondition a row's verdict depends on, as it was found (``holds`` None: unknown),
+    and how it was known. :data:`perfkit.triage.conditions.PRECONDITIONS` names them."""
+
+    name: str
+    holds: bool | None
+    how: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "holds": self.holds, "how": self.how}
 
 
 def _threshold(name: str, cutoff: float | None) -> float:
@@ -135,6 +152,22 @@ def all_of(*tests: Test) -> Test:
 def negate(test: Test) -> Test:
     """``not a``: decided by the same cuts."""
     return Test(not test.ok, test.cuts)
+
+
+def weigh(confirm: Test, deciding: Test) -> Test:
+    """A confirmatory test, weighed: one that fails only by cuts within their noise
+    (:data:`~perfkit.triage.thresholds.CONFIRM_MARGIN` of their cut-offs) is no veto while the deciding
+    evidence holds with every one of its cuts at least
+    :data:`~perfkit.triage.thresholds.OUTWEIGH_MARGIN` past its cut-off: it passes, its cuts kept, so
+    the verdict still says how close it came (:func:`perfkit.triage.table.settled`). Anything else is
+    the test as it stands."""
+    if confirm.ok or not confirm.cuts or not deciding.ok or not deciding.cuts:
+        return confirm
+    if any(c.margin >= T.CONFIRM_MARGIN for c in confirm.cuts):
+        return confirm
+    if _robustness(deciding) < T.OUTWEIGH_MARGIN:
+        return confirm
+    return Test(True, confirm.cuts)
 
 
 def cuts_of(*tests: Test) -> list[Cut]:

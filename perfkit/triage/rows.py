@@ -292,6 +292,7 @@ ROWS: tuple[Row, ...] = (
             "kv_max",
             "preemptions_per_s",
             "corr_long_vs_stalls",
+            "corr_band_90",
         ),
         decides=(
             "TAIL_RATIO",
@@ -304,6 +305,7 @@ ROWS: tuple[Row, ...] = (
         ),  # fmt: skip
         # the median as usual and a server not saturated rule out the other explanations of a bad tail
         confirms=("MEDIAN_FINE_RATIO", *_SATURATED),
+        preconditions=("chunked_prefill_off", "whole_prompt_prefills"),
         figure=Figure("Long-prompt arrivals vs ITL stalls (per 2 min)"),
         action="alert on ITL stalls (>1 s gaps per minute) and TTFT p99, not only p50/p95 means",
         remedy="chunked_prefill",

@@ -19,7 +19,7 @@ import polars as pl
 from perfkit.core.findings import jsonable
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
-from perfkit.triage.row_types import Cut
+from perfkit.triage.row_types import Cut, Gate
 from perfkit.triage.rows import BY_DIRECTION, EXPLAINS, ROWS, Detection, Row, Verification
 from perfkit.triage.workload_notes import about_rows
 
@@ -59,6 +59,7 @@ class RowResult:
     explained_by: str | None = None
     applies: bool = True  # False: a row about the other workload that did not fire (Row.workload)
     reads: list[str] = field(default_factory=list)  # the named quantities the row read, in order
+    gates: list[Gate] = field(default_factory=list)  # the preconditions it checked, as found
 
 
 @dataclass
@@ -109,6 +110,7 @@ class TriageResult:
                     "next_step": r.row.next_step,
                     "explained_by": r.explained_by,
                     "margin": _margin(r),
+                    "preconditions": [g.as_dict() for g in r.gates],
                     "applies": r.applies,
                     "about": r.row.workload,
                     "suspect_version": self.suspect_version
@@ -151,11 +153,16 @@ class TriageResult:
 
 
 def _margin(r: RowResult) -> dict[str, Any] | None:
-    """The closest cut behind a row's outcome: its name and relative distance from its cut-off."""
+    """The closest cut behind a row's outcome: its name, relative distance from its cut-off, and its
+    role (``decides``, or ``confirms``: weighed within its noise, :func:`settled`)."""
     close = closest_cut(r.detection, r.verification)
     if close is None:
         return None
-    return {"cut": close.name, "margin": None if close.margin == float("inf") else round(close.margin, 3)}
+    return {
+        "cut": close.name,
+        "margin": None if close.margin == float("inf") else round(close.margin, 3),
+        "role": "confirms" if close.name in r.row.confirms else "decides",
+    }
 
 
 def _order(row: Row) -> int:
@@ -168,15 +175,54 @@ def closest_cut(det: Detection, ver: Verification) -> Cut | None:
     return min(cuts, key=lambda c: c.margin) if cuts else None
 
 
-def settled(det: Detection, ver: Verification) -> Verification:
-    """A confirmation decided by a cut within :data:`~perfkit.triage.thresholds.CONFIRM_MARGIN` of its
-    cut-off is leading, not confirmed: verdict ``inconclusive``, its text saying which cut and how close."""
-    close = closest_cut(det, ver)
-    if ver.verdict != "confirmed" or close is None or close.margin >= T.CONFIRM_MARGIN:
+def _cut_text(c: Cut) -> str:
+    return f"{c.name} {c.value:.4g} against {c.cutoff:.4g}"
+
+
+def settled(row: Row, det: Detection, ver: Verification) -> Verification:
+    """A confirmation, held to the margin rule on the cuts that *decide* it: one decided by a cut within
+    :data:`~perfkit.triage.thresholds.CONFIRM_MARGIN` of its cut-off is leading, not confirmed (verdict
+    ``inconclusive``, its text saying which cut and how close). A confirmatory cut (``row.confirms``)
+    within its noise neither confirms nor vetoes on its own: it is weighed against how far the deciding
+    cuts are past theirs. With every deciding cut at least
+    :data:`~perfkit.triage.thresholds.OUTWEIGH_MARGIN` past its cut-off the row stays confirmed, and its
+    why and its ``weighed`` number say which cut was close and what outweighed it; otherwise it is
+    leading."""
+    if ver.verdict != "confirmed":
         return ver
+    cuts = [*det.cuts, *ver.cuts]
+    deciding = sorted((c for c in cuts if c.name not in row.confirms), key=lambda c: c.margin)
+    near = [c for c in cuts if c.name in row.confirms and c.margin < T.CONFIRM_MARGIN]
+    if deciding and deciding[0].margin < T.CONFIRM_MARGIN:
+        close = deciding[0]
+        why = (
+            f"leading, not confirmed: {close.name} decided it {close.margin:.1%} from its cut-off "
+            f"({close.value:.4g} against {close.cutoff:.4g}); {ver.why}"
+        )
+        return Verification("inconclusive", why, {**ver.numbers, "leading": True}, ver.cuts)
+    if not near:
+        return ver
+    gate = min(near, key=lambda c: c.margin)
+    said = (
+        f"the confirmatory cut {_cut_text(gate)} was {gate.margin:.1%} from its cut-off "
+        f"({'passed' if gate.passed else 'missed'}), within its noise"
+    )
+    if deciding and deciding[0].margin >= T.OUTWEIGH_MARGIN:
+        weakest = deciding[0]
+        why = (
+            f"confirmed; {said}, outweighed by the deciding evidence, every cut of it at least "
+            f"{weakest.margin:.0%} past its cut-off (the closest: {_cut_text(weakest)}; the furthest: "
+            f"{_cut_text(deciding[-1])}): {ver.why}"
+        )
+        weighed = {
+            "within_noise": [c.as_dict() for c in near],
+            "outweighed_by": [c.as_dict() for c in deciding],
+        }
+        return Verification("confirmed", why, {**ver.numbers, "weighed": weighed}, ver.cuts)
+    close_d = f"{deciding[0].margin:.0%} past its cut-off ({_cut_text(deciding[0])})" if deciding else "none"
     why = (
-        f"leading, not confirmed: {close.name} decided it {close.margin:.1%} from its cut-off "
-        f"({close.value:.4g} against {close.cutoff:.4g}); {ver.why}"
+        f"leading, not confirmed: {said}, and the deciding evidence is not far enough past its cuts to "
+        f"outweigh it (the closest {close_d}, {T.OUTWEIGH_MARGIN:.0%} needed); {ver.why}"
     )
     return Verification("inconclusive", why, {**ver.numbers, "leading": True}, ver.cuts)
 
@@ -187,7 +233,7 @@ def run(ev: Evidence) -> TriageResult:
     kind = workload_kind(ev)
     missing = [m for m in ev.missing if not about_rows(m, set(), kind)]  # the other workload's: no gap
     for row in ROWS:
-        ev.read_log = []
+        ev.read_log, ev.gate_log = [], []
         det = row.detect(ev)
         about = det.detected or applies(row.direction, kind)
         for m in det.missing if about else ():  # a gap in the other workload's evidence is no gap
@@ -195,14 +241,15 @@ def run(ev: Evidence) -> TriageResult:
             if note not in missing:
                 missing.append(note)
         if det.detected:
-            ver = settled(det, row.verify(ev))
+            ver = settled(row, det, row.verify(ev))
         elif det.missing:
             ver = Verification("inconclusive", f"cannot check: missing {', '.join(det.missing)}", {})
         else:
             ver = Verification("ruled_out", f"symptom not present: {row.seen_as}", {})
         score = det.strength * T.VERDICT_WEIGHT[ver.verdict] if det.detected else 0.0
-        results.append(RowResult(row, det, ver, score, applies=about, reads=list(dict.fromkeys(ev.read_log))))
-    ev.read_log = None
+        reads, gates = list(dict.fromkeys(ev.read_log)), list(ev.gate_log)
+        results.append(RowResult(row, det, ver, score, applies=about, reads=reads, gates=gates))
+    ev.read_log = ev.gate_log = None
     by_dir = {r.row.direction: r for r in results}
     confirmed_causes = sorted(
         (r for r in results if r.verification.verdict == "confirmed" and r.row.direction in EXPLAINS),

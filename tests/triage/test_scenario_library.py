@@ -50,6 +50,8 @@ def test_triage_matches_the_answer_key_with_margin(bundle):
             assert c.name in (*r.row.decides, *r.row.confirms), f"{r.row.direction}: {c.name} undeclared"
         undeclared = [q for q in r.reads if q not in r.row.reads]
         assert undeclared == [], f"{r.row.direction} read quantities it does not declare: {undeclared}"
+        gates = [g.name for g in r.gates if g.name not in r.row.preconditions]
+        assert gates == [], f"{r.row.direction} checked preconditions it does not declare: {gates}"
 
 
 def test_every_row_has_two_incidents_and_there_are_controls():
