@@ -31,163 +31,65 @@ A better value past the band is ``improved``; a metric without a value or histor
 The verdict is ``pass`` (exit 0), ``regress`` (exit 1) or ``unusable`` (exit 2: no comparable
 history, fewer than ``min_history`` baselines, a run marked invalid unless ``allow_invalid``, a
 run that completed no request, or nothing judged: no latency or throughput to compare).
-A policy YAML (:meth:`Policy.from_file`) may change any of it::
+A policy YAML (:mod:`perfkit.loadgen.policy`) may change any of it.
 
-    history: 5            # compare with the newest N comparable baselines
-    min_history: 1        # fewer comparable baselines: unusable
-    k: 3                  # the noise multiplier of every metric (each may set its own)
-    metrics:
-      p99_ttft_ms: {max_regression: 15%, floor: 5, min_requests: 2000}
-      errors.rate: {enabled: false}
-      max_output_tokens_per_s: {direction: higher_is_better, max_regression: 0.05}
+A baseline file of the store that cannot be read or holds no measurement (:mod:`perfkit.loadgen.plausible`:
+a negative latency, a rate no network carries, a time in the future ...) is skipped, named with why
+(``warn`` and the verdict's ``warnings``), counted in a note and in the verdict's ``skipped``; the
+gate judges on the rest, and with none left it says so (``unusable``, exit 2, as with an empty store).
+One poisoned file can then neither block every deploy nor pass one.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfkit.errors import ConfigError
+from perfkit.core.ratios import MAD_TO_SD
+from perfkit.loadgen.policy import DEFAULT_RULES, HIGHER, LOWER, MetricRule, Policy
 from perfkit.loadgen.result import counting_step, metric_value, records_path
-from perfkit.loadgen.store import Baseline, content_hash, effective_labels, finite, iter_store, load_signature
+from perfkit.loadgen.store import (
+    Baseline,
+    Skipped,
+    content_hash,
+    effective_labels,
+    finite,
+    load_signature,
+    scan_store,
+    stored_records,
+)
 from perfkit.loadgen.store import read_input as read_result_input
-from perfkit.sources.safeyaml import load_yaml
+
+__all__ = [  # the policy's names are read from here too (perfkit.loadgen.policy holds them)
+    "DEFAULT_RULES",
+    "EXIT",
+    "HIGHER",
+    "LOWER",
+    "MetricRule",
+    "Policy",
+    "Row",
+    "Verdict",
+    "differences",
+    "gate",
+    "judge",
+    "metric_value",
+]
 
 if TYPE_CHECKING:  # records (pyarrow) is imported when a run's records are read
     from perfkit.loadgen.records import RunNoise
 
-LOWER = "lower_is_better"
-HIGHER = "higher_is_better"
-MAD_TO_SIGMA = 1.4826
-"""1.4826 x MAD estimates the standard deviation of normal noise, robust to one outlier run."""
+MAD_TO_SIGMA = MAD_TO_SD  # 1.4826 x MAD: the run-to-run noise's SD, robust to one outlier run
 STATUS_ORDER = {"regressed": 0, "improved": 1, "pass": 2, "no-data": 3}
 MIN_HISTORY_MAD = 3  # baselines from which the history's spread (MAD) estimates noise
 P99_MIN_REQUESTS = 1000  # without records: compare's rule (its interval needs 658 independent ones)
 EXIT = {"pass": 0, "regress": 1, "unusable": 2}
 
 Warn = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class MetricRule:
-    """How one metric is judged: its direction, allowed relative regression, floor and k."""
-
-    metric: str
-    direction: str
-    max_regression: float
-    floor: float
-    k: float = 3.0
-    enabled: bool = True
-    min_requests: int = 0
-    """Completed requests the new result needs (a policy's; a percentile's interval needs its own)."""
-    unit: str = ""
-    resolution: str | None = None
-    """``requests``, ``output_tokens``, ``total_tokens`` (throughputs) or ``judged`` (attainment)."""
-
-
-DEFAULT_RULES: tuple[MetricRule, ...] = (
-    *(
-        MetricRule(
-            f"{stat}_{m}_ms",
-            LOWER,
-            0.10,
-            2.0 if m in ("ttft", "e2el") or stat == "p99" else 1.0,
-            unit="ms",
-        )
-        for m in ("ttft", "tpot", "itl", "e2el")
-        for stat in ("mean", "median", "p99")
-    ),  # fmt: skip
-    MetricRule("request_throughput", HIGHER, 0.05, 0.0, unit="req/s", resolution="requests"),
-    MetricRule("output_throughput", HIGHER, 0.05, 0.0, unit="tok/s", resolution="output_tokens"),
-    MetricRule("total_token_throughput", HIGHER, 0.05, 0.0, unit="tok/s", resolution="total_tokens"),
-    MetricRule("goodput.attainment", HIGHER, 0.0, 0.02, unit="frac", resolution="judged"),
-    MetricRule("errors.rate", LOWER, 0.0, 0.01, unit="frac"),
-)
-_RULE_KEYS = ("max_regression", "direction", "floor", "k", "enabled", "min_requests")  # see _RULE_CHECKS
-_TOP_KEYS = ("history", "min_history", "k", "metrics")
-_METRIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.]{0,99}$")
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The rules of every metric, how many baselines to compare with and how many are needed."""
-
-    rules: tuple[MetricRule, ...] = DEFAULT_RULES
-    history: int = 5
-    min_history: int = 1
-    source: str = "defaults"
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> Policy:
-        """The policy in the YAML file ``path``; :class:`~perfkit.errors.ConfigError` ``file: key: problem``."""
-        try:
-            data = load_yaml(path)
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such policy file") from None
-        return cls.from_mapping(data, source=str(path))
-
-    @classmethod
-    def from_mapping(cls, data: Any, *, source: str = "<policy>") -> Policy:
-        """The policy ``data`` describes (defaults where it says nothing); errors name ``source`` and the key."""
-        if data is None:
-            return cls(source=source)
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{source}: expected a mapping with {', '.join(_TOP_KEYS)}")
-        for key in data:
-            if key not in _TOP_KEYS:
-                raise ConfigError(f"{source}: {_key(key)}: unknown key (known: {', '.join(_TOP_KEYS)})")
-        history = _int(data.get("history", 5), f"{source}: history", 1, 1000)
-        min_history = _int(data.get("min_history", 1), f"{source}: min_history", 1, 1000)
-        if min_history > history:
-            raise ConfigError(f"{source}: min_history: {min_history} is more than history ({history})")
-        k_all = _number(data["k"], f"{source}: k", 0, 100) if "k" in data else None
-        metrics = data.get("metrics") or {}
-        if not isinstance(metrics, Mapping):
-            raise ConfigError(f"{source}: metrics: expected a mapping of metric name to its rule")
-        rules = {r.metric: r if k_all is None else replace(r, k=k_all) for r in DEFAULT_RULES}
-        for name, spec in metrics.items():
-            where = f"{source}: metrics.{_key(name)}"
-            if not isinstance(name, str) or not _METRIC_NAME.match(name):
-                raise ConfigError(f"{where}: not a metric name (a result field such as p99_ttft_ms)")
-            if not isinstance(spec, Mapping):
-                raise ConfigError(f"{where}: expected a mapping with {', '.join(_RULE_KEYS)}")
-            for key in spec:
-                if key not in _RULE_KEYS:
-                    raise ConfigError(f"{where}.{_key(key)}: unknown key (known: {', '.join(_RULE_KEYS)})")
-            base = rules.get(name)
-            if base is None:
-                if "direction" not in spec:
-                    raise ConfigError(
-                        f"{where}: not gated by default; give its direction ({LOWER} or {HIGHER})"
-                    )
-                base = MetricRule(name, LOWER, 0.10, 0.0, k=3.0 if k_all is None else k_all)
-            changes = {key: _RULE_CHECKS[key](spec[key], f"{where}.{key}") for key in spec}
-            rules[name] = replace(base, **changes)
-        return cls(rules=tuple(rules.values()), history=history, min_history=min_history, source=source)
-
-    def with_history(self, n: int | None) -> Policy:
-        """This policy comparing with the newest ``n`` baselines (``--history``)."""
-        if n is None:
-            return self
-        n = _int(n, "--history", 1, 1000)
-        if self.min_history > n:
-            raise ConfigError(f"--history {n}: fewer than the policy's min_history ({self.min_history})")
-        return replace(self, history=n)
-
-    def as_dict(self) -> dict[str, Any]:
-        rules = {r.metric: {k: getattr(r, k) for k in _RULE_KEYS} for r in self.rules}
-        return {
-            "source": self.source,
-            "history": self.history,
-            "min_history": self.min_history,
-            "metrics": rules,
-        }
 
 
 @dataclass(frozen=True)
@@ -227,6 +129,8 @@ class Verdict:
     history: list[dict[str, Any]] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
     policy: dict[str, Any] = field(default_factory=dict)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    """The store's files left out (``file``, ``line``, ``why``): unreadable, or no measurement."""
 
     @property
     def exit_code(self) -> int:
@@ -295,17 +199,26 @@ def judge(
     labels: Mapping[str, str] | None = None,
     records: str | os.PathLike[str] | None = None,
     warn: Warn | None = None,
+    skipped: Sequence[Skipped] = (),
 ) -> Verdict:
     """Judge ``result`` against the comparable baselines among ``history`` (newest ``policy.history``).
 
     ``labels`` are the result's labels over its ``meta.labels`` (``hardware`` decides comparability).
     ``records`` is the result's per-request records file: its within-run intervals; a stored
     baseline's records are found beside it. Without them the band rests on the history and the
-    tool's own figures (see the module's docstring).
+    tool's own figures (see the module's docstring). ``skipped`` are the store's files the history
+    was read without (:func:`perfkit.loadgen.store.scan_store`): counted in a note and the verdict.
     """
     policy = policy or Policy()
     own = {**effective_labels(result), **(labels or {})}
     verdict = Verdict(overall="pass", policy=policy.as_dict(), result=_describe_result(result, own))
+    verdict.skipped = [s.as_dict() for s in skipped]
+    if skipped:
+        n = len(skipped)
+        verdict.notes.append(
+            f"skipped {n} baseline file{'s' if n != 1 else ''} of the store (unreadable or no measurement, "
+            f"each named in the warnings); judged on the other {len(history)}"
+        )
     _failure_notes(result, verdict)
     validity = _dict(result.get("validity"))
     if validity.get("valid") is False:
@@ -336,7 +249,7 @@ def judge(
         {"id": b.id, "started": b.started, "added": b.added, "labels": b.labels} for b in chosen
     ]
     if not comparable:
-        verdict.reasons.append(_nearest(result, candidates, own))
+        verdict.reasons.append(_nearest(result, candidates, own, len(skipped)))
     elif len(comparable) < policy.min_history:
         verdict.reasons.append(
             f"{len(comparable)} comparable baseline{'s' if len(comparable) != 1 else ''}, "
@@ -353,9 +266,7 @@ def judge(
         if warn is not None:
             warn(message)
 
-    noise = {
-        b.id: noise_of(b.doc, b.path and records_path(b.path, b.doc), f"baseline {b.id}", say) for b in chosen
-    }
+    noise = {b.id: noise_of(b.doc, stored_records(b, say), f"baseline {b.id}", say) for b in chosen}
     noise[""] = noise_of(result, records, "the result", say)
     for rule in policy.rules:
         if rule.enabled:
@@ -396,21 +307,22 @@ def gate(
     """Read the result at ``result_path`` and judge it against the baselines of ``store``, with the
     per-request records beside each (the within-run noise).
 
-    Unreadable store files are skipped (each through ``warn``, and listed in the verdict's warnings).
-    Raises :class:`~perfkit.errors.PerfkitError` for an unreadable result or store folder.
+    Store files that cannot be read or hold no measurement are skipped (each through ``warn``, in
+    the verdict's warnings and ``skipped``, counted in a note). Raises
+    :class:`~perfkit.errors.PerfkitError` for an unreadable or absurd result, or no store folder.
     """
     result = read_result_input(result_path, index)
-    skipped: list[str] = []
-    baselines = iter_store(store, warn=skipped.append)
+    baselines, skipped = scan_store(store)
     if warn is not None:
-        for message in skipped:
-            warn(message)
+        for item in skipped:
+            warn(str(item))
     rec = records_path(result_path, result)
     verdict = judge(
-        result, baselines, policy, allow_invalid=allow_invalid, labels=labels, records=rec, warn=warn
-    )
+        result, baselines, policy, allow_invalid=allow_invalid, labels=labels, records=rec, warn=warn,
+        skipped=skipped,
+    )  # fmt: skip
     verdict.result["file"] = Path(result_path).name
-    verdict.warnings[:0] = skipped
+    verdict.warnings[:0] = [str(item) for item in skipped]
     return verdict
 
 
@@ -477,9 +389,12 @@ def _judge_metric(
     }
     band_from = max(terms, key=lambda t: terms[t])
     band = terms[band_from]
+    if not all(map(math.isfinite, (median, band, median + sign * band, new - median))):
+        return replace(no_data, n=len(values), why="the history's values are beyond a float's range")
     worse = sign * (new - median)
     status = "regressed" if worse > band else "improved" if -worse > band else "pass"
     change = (new - median) / abs(median) * 100 if median else None
+    change = change if change is not None and math.isfinite(change) else None
     return Row(
         rule.metric, rule.direction, rule.unit, status, new, median, spread, band, band_from,
         median + sign * band, change, len(values), None, within, noise_from,
@@ -500,8 +415,17 @@ def _failure_notes(result: Mapping[str, Any], verdict: Verdict) -> None:
     )
 
 
-def _nearest(result: Mapping[str, Any], candidates: list[Baseline], labels: Mapping[str, str]) -> str:
+def _nearest(
+    result: Mapping[str, Any], candidates: list[Baseline], labels: Mapping[str, str], skipped: int = 0
+) -> str:
     """Why nothing is comparable, told by the baselines that differ least from the result."""
+    if not candidates and skipped:
+        every = "the only file" if skipped == 1 else f"all {skipped} files"
+        return (
+            f"no usable baseline: {every} of the store {'was' if skipped == 1 else 'were'} skipped "
+            "(unreadable or no measurement, each named in the warnings); add a good one with "
+            "`perfkit baseline add`"
+        )
     if not candidates:
         return "no baseline to compare with: add one with `perfkit baseline add`"
     newest_first = sorted(candidates, key=Baseline.sort_key, reverse=True)
@@ -553,48 +477,3 @@ def _key(key: Any) -> str:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any, where: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"{where}: expected a whole number from {low} to {high}, found {_key(value)!r}")
-    return value
-
-
-def _number(value: Any, where: str, low: float, high: float) -> float:
-    number = finite(value)
-    if number is None or not low <= number <= high:
-        raise ConfigError(f"{where}: expected a number from {low:g} to {high:g}, found {_key(value)!r}")
-    return number
-
-
-def _one_of(choices: tuple[Any, ...], said: str) -> Callable[[Any, str], Any]:
-    def check(value: Any, where: str) -> Any:
-        if isinstance(value, bool) is not isinstance(choices[0], bool) or value not in choices:
-            raise ConfigError(f"{where}: expected {said}, found {_key(value)!r}")
-        return value
-
-    return check
-
-
-def _fraction(value: Any, where: str) -> float:
-    """``0.1`` or ``"10%"`` as 0.1 (a relative regression: 0 to 10, i.e. up to 1000 %)."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        try:
-            number = float(value.strip()[:-1])
-        except ValueError:
-            raise ConfigError(
-                f"{where}: expected a fraction (0.1) or a percentage ('10%'), found {_key(value)!r}"
-            ) from None
-        return _number(number / 100, where, 0, 10)
-    return _number(value, where, 0, 10)
-
-
-_RULE_CHECKS: dict[str, Callable[[Any, str], Any]] = {
-    "direction": _one_of((LOWER, HIGHER), f"{LOWER} or {HIGHER}"),
-    "max_regression": _fraction,
-    "floor": lambda value, where: _number(value, where, 0, 1e12),
-    "k": lambda value, where: _number(value, where, 0, 100),
-    "enabled": _one_of((True, False), "true or false"),
-    "min_requests": lambda value, where: _int(value, where, 0, 10**9),
-}

@@ -17,11 +17,15 @@ twice in the gate's history.
   which fails rather than replace a file that appeared meanwhile).
 * :func:`list_baselines` returns the store newest first; :func:`show` one baseline.
 * A file of the store that cannot be read (bad JSON, another schema, a symlink out of the store,
-  nesting too deep, an integer beyond 64 bits, NaN: read by :mod:`perfkit.sources.safejson`) is
-  skipped with a :class:`StoreWarning` naming the file, and left where it is; the rest is used.
+  a folder or FIFO named ``*.json``, over 16 MiB, nesting too deep, an integer beyond 64 bits, NaN:
+  read by :mod:`perfkit.sources.safejson`) or that holds no measurement (a negative latency, a rate
+  no network carries, a start in the future: :mod:`perfkit.loadgen.plausible`) is skipped: one line
+  names the file and why (:class:`Skipped`; :func:`scan_store` returns them, :func:`iter_store`
+  warns), the file is left where it is, untouched, and the rest is used. A result given to ``add``
+  or ``gate`` that holds no measurement is refused the same way.
 
->>> parse_labels(["version=1.4.2", "hardware=h200"])
-{'version': '1.4.2', 'hardware': 'h200'}
+Labels are read and checked by :mod:`perfkit.loadgen.labels` (``parse_labels``, ``validate_labels``,
+``effective_labels`` are importable from here too).
 """
 
 from __future__ import annotations
@@ -34,13 +38,17 @@ import os
 import re
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from perfkit.errors import ConfigError, PerfkitError
+from perfkit.loadgen.labels import KNOWN_LABELS as KNOWN_LABELS  # the labels' names, read from here too
+from perfkit.loadgen.labels import effective_labels, validate_labels
+from perfkit.loadgen.labels import parse_labels as parse_labels
+from perfkit.loadgen.plausible import implausible
 from perfkit.sources.safeio import RefusedFile, open_regular, outside, read_capped
 from perfkit.sources.safejson import UnsafeJson, load_json_bounded
 
@@ -51,12 +59,6 @@ MAX_RECORDS_BYTES = 4 * 2**30
 """Largest records file copied (a million requests in Parquet is well under 1 GiB)."""
 MAX_STORE_FILES = 100_000
 """Most documents a store folder may hold; more is not a baseline history but a mistake."""
-MAX_LABELS = 32
-MAX_LABEL_KEY = 64
-MAX_LABEL_VALUE = 200
-KNOWN_LABELS = ("version", "config", "hardware")
-
-_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _ID = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[a-z0-9][a-z0-9-]{0,47}-[0-9a-f]{8}$")
 _ID_PREFIX = re.compile(r"^[0-9A-Za-z-]{1,80}$")
 _PARQUET_MAGIC = b"PAR1"
@@ -70,6 +72,7 @@ class StoreError(PerfkitError):
     def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None, line: int | None = None):
         self.path = str(path) if path is not None else None
         self.line = line
+        self.reason = message
         where = self.path or ""
         if where and line is not None:
             where = f"{where}:{line}"
@@ -78,6 +81,21 @@ class StoreError(PerfkitError):
 
 class StoreWarning(UserWarning):
     """A file in the store was skipped (unreadable, another schema); the message names it."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file of the store left out, and why: ``str()`` is the one line that says so."""
+
+    file: str
+    why: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"skipped {self.file}{'' if self.line is None else f':{self.line}'}: {self.why}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -125,60 +143,6 @@ class Baseline:
             path=path,
             labels=effective_labels(doc),
         )
-
-
-def parse_labels(items: Iterable[str]) -> dict[str, str]:
-    """``["k=v", ...]`` (command-line ``--label`` values) as a validated dict.
-
-    Raises :class:`~perfkit.errors.ConfigError` naming the bad label.
-    """
-    labels: dict[str, str] = {}
-    for item in items:
-        key, sep, value = str(item).partition("=")
-        if not sep:
-            raise ConfigError(f"--label {_short(item)!r}: expected key=value (e.g. version=1.4.2)")
-        key = key.strip()
-        if key in labels and labels[key] != value:
-            raise ConfigError(f"--label {key}: given twice ({_short(labels[key])!r} and {_short(value)!r})")
-        labels[key] = value
-    return validate_labels(labels)
-
-
-def validate_labels(labels: Mapping[str, Any], *, where: str = "--label") -> dict[str, str]:
-    """``labels`` checked: at most 32; keys ``[A-Za-z_][A-Za-z0-9_.-]*`` up to 64 characters; values
-    1-200 printable characters without a path separator (they end up in file listings and tables)."""
-    if not isinstance(labels, Mapping):
-        raise ConfigError(f"{where}: labels must be a mapping of key to value")
-    if len(labels) > MAX_LABELS:
-        raise ConfigError(f"{where}: {len(labels)} labels, more than {MAX_LABELS}")
-    out: dict[str, str] = {}
-    for key, value in labels.items():
-        if not isinstance(key, str) or not key or len(key) > MAX_LABEL_KEY or not _LABEL_KEY.match(key):
-            raise ConfigError(
-                f"{where} {_short(key)!r}: a label key is a letter or _ then letters, digits, '_', '.', '-' "
-                f"(at most {MAX_LABEL_KEY})"
-            )
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ConfigError(f"{where} {key}: the value must be text")
-        text = str(value)
-        if not text or len(text) > MAX_LABEL_VALUE:
-            raise ConfigError(f"{where} {key}: the value must be 1 to {MAX_LABEL_VALUE} characters")
-        if "/" in text or "\\" in text or not text.isprintable():
-            raise ConfigError(
-                f"{where} {key}: the value may not hold a path separator or a control character"
-            )
-        out[key] = text
-    return out
-
-
-def effective_labels(doc: Mapping[str, Any]) -> dict[str, str]:
-    """The run's ``meta.labels`` with the store's ``baseline.labels`` over them (only text values)."""
-    labels: dict[str, str] = {}
-    for source in (_dict(doc.get("meta")).get("labels"), _dict(doc.get("baseline")).get("labels")):
-        for key, value in _dict(source).items():
-            if isinstance(key, str) and isinstance(value, str | int | float) and not isinstance(value, bool):
-                labels[key] = str(value)
-    return labels
 
 
 def content_hash(doc: Mapping[str, Any]) -> str:
@@ -357,10 +321,22 @@ def show(store: str | os.PathLike[str], ident: str) -> Baseline:
 
 
 def iter_store(store: str | os.PathLike[str], *, warn: Warn | None = None) -> list[Baseline]:
-    """Every readable baseline of ``store`` (in no order), warning about each unreadable file."""
+    """Every usable baseline of ``store`` (in no order), warning about each file skipped."""
     warn = warn or _warn
+    found, skipped = scan_store(store)
+    for item in skipped:
+        warn(str(item))
+    return found
+
+
+def scan_store(store: str | os.PathLike[str]) -> tuple[list[Baseline], list[Skipped]]:
+    """(the usable baselines of ``store`` in no order, the files skipped and why); no file is changed.
+
+    Raises :class:`StoreError` when ``store`` is no store folder, or holds more than
+    :data:`MAX_STORE_FILES` documents."""
     folder = _folder(store)
     out: list[Baseline] = []
+    skipped: list[Skipped] = []
     for count, path in enumerate(sorted(folder.glob("*.json")), start=1):
         if count > MAX_STORE_FILES:
             raise StoreError(f"more than {MAX_STORE_FILES:,} documents: not a baseline store", path=folder)
@@ -368,11 +344,40 @@ def iter_store(store: str | os.PathLike[str], *, warn: Warn | None = None) -> li
             continue
         try:
             out.append(_read_baseline(path, folder))
-        except PerfkitError as exc:
-            warn(f"skipped {exc}")
+        except StoreError as exc:  # its reason may name the file again (a label's): said once
+            skipped.append(Skipped(str(path), _one_line(exc.reason).removeprefix(f"{path}: "), exc.line))
+        except PerfkitError as exc:  # a ResultError: "<file>: <key>: <problem>"
+            skipped.append(Skipped(str(path), _one_line(str(exc)).removeprefix(f"{path}: ")))
         except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:  # one bad file
-            warn(f"skipped {path}: unreadable ({type(exc).__name__}: {_short(exc, 120)})")
-    return out
+            skipped.append(Skipped(str(path), f"unreadable ({type(exc).__name__}: {_short(_one_line(exc), 120)})"))  # fmt: skip
+    return out, skipped
+
+
+def stored_records(base: Baseline, warn: Warn | None = None) -> Path | None:
+    """The per-request records file of a stored baseline, when it is a regular file inside the
+    store and within :data:`MAX_RECORDS_BYTES`; else None (a link out of the store is not followed,
+    with a warning)."""
+    from perfkit.loadgen.result import records_path
+
+    if base.path is None:
+        return None
+    path = records_path(base.path, base.doc)
+    if path is None or not (path.exists() or path.is_symlink()):
+        return None
+    why = None
+    if outside(path, base.path.parent):
+        why = "link outside the store; not read"
+    else:
+        try:
+            open_regular(path, max_bytes=MAX_RECORDS_BYTES).close()
+        except RefusedFile as exc:
+            why = f"not read ({exc.reason})"
+        except OSError as exc:
+            why = f"not read ({exc.strerror or type(exc).__name__})"
+    if why is None:
+        return path
+    (warn or _warn)(f"baseline {base.id}: its records {path.name} {why}; its within-run noise is unknown")
+    return None
 
 
 def read_input(path: str | os.PathLike[str], index: int | None = None) -> dict[str, Any]:
@@ -383,6 +388,8 @@ def read_input(path: str | os.PathLike[str], index: int | None = None) -> dict[s
     doc = read_result(path, index=index)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise StoreError(f"not a {SCHEMA} document", path=path)
+    if why := implausible(doc):
+        raise StoreError(f"no measurement: {why}", path=path)
     return doc
 
 
@@ -443,6 +450,8 @@ def _read_baseline(path: Path, folder: Path) -> Baseline:
     from perfkit.loadgen.result import check
 
     doc = check(read_document(path), str(path))
+    if why := implausible(doc):
+        raise StoreError(f"no measurement: {why}", path=path)
     block = doc.get("baseline")
     if not isinstance(block, dict) or block.get("id") != path.stem:
         raise StoreError("its baseline block is missing or names another id", path=path)
@@ -547,6 +556,10 @@ def _parse_time(value: Any) -> datetime | None:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _one_line(value: Any) -> str:
+    return " ".join(str(value).split())
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -114,6 +114,51 @@ def test_the_same_run_passes_and_is_added_to_the_store(tmp_path, baselines):
     assert br.verdict(cap).finding.status == "ok" and cap.added in br.verdict(cap).finding.summary
 
 
+def test_a_poisoned_store_file_is_named_and_the_runbook_judges_on_the_rest(tmp_path, baselines):
+    """Issue 35 item 5: a stored baseline whose ITL median is -1e9 ms (no measurement) and one that is
+    not JSON. Every section still renders; the verdict passes an unchanged run on the two good
+    baselines and says how many files it skipped; the findings name each file, which stays as it was."""
+    files = sorted((baselines / "baselines").glob("*.json"))
+    doc = json.loads(files[-1].read_text())
+    doc["median_itl_ms"] = -1e9
+    files[-1].write_text(json.dumps(doc))
+    broken = baselines / "baselines" / "20260304T100000Z-llama-0badf11e.json"
+    broken.write_text('{"schema": ')
+    kept = {f: f.read_bytes() for f in (files[-1], broken)}
+    same = write(tmp_path / "same.json", bench_doc(started="2026-03-05T10:00:00Z", itl=10.05, version="1.4"))
+    cap = br.open_capture(result=str(same), store=str(baselines))
+    assert cap.error is None and cap.verdict["verdict"] == "pass", cap.verdict
+    assert len(cap.verdict["history"]) == 2 and len(cap.verdict["skipped"]) == 2
+    skipped = [m for m in cap.missing if m.startswith("store: skipped ")]
+    assert len(skipped) == 2 and any(
+        files[-1].name in m and "median_itl_ms is -1e+09 ms" in m for m in skipped
+    )
+    assert any(broken.name in m and "invalid JSON" in m for m in skipped)
+    verdict = br.verdict(cap).finding
+    assert verdict.status == "ok" and "skipped 2 baseline files of the store" in verdict.summary
+    assert br.history(cap).finding.status == "ok"
+    model = br.findings(cap).finding
+    assert all(m in model.missing for m in skipped)
+    assert {f: f.read_bytes() for f in kept} == kept
+
+
+@pytest.mark.notebook
+def test_the_notebook_runs_on_a_poisoned_store(tmp_path, baselines):
+    """runbooks/baseline_capture.ipynb executed (papermill) on a store holding a file that is not JSON:
+    it completes, the gate passes an unchanged run, and the report names the file it skipped."""
+    from perfkit.app.runner.run import execute
+
+    broken = baselines / "baselines" / "20260304T100000Z-llama-0badf11e.json"
+    broken.write_text("[" * 100)
+    same = write(tmp_path / "same.json", bench_doc(started="2026-03-05T10:00:00Z", itl=10.05, version="1.4"))
+    result = execute("baseline_capture", tmp_path / "out", {"result": str(same), "store": str(baselines)})
+    assert result.error is None, result.error
+    findings = findings_from_notebook(json.loads(result.notebook.read_text()))
+    assert findings["verdict"].data["verdict"] == "pass" and len(findings["verdict"].data["skipped"]) == 1
+    assert any(broken.name in m for m in findings["postmortem"].missing)
+    assert broken.name in result.outputs["markdown"].read_text()
+
+
 def test_failures_come_first(tmp_path, baselines):
     doc = bench_doc(started="2026-03-05T10:00:00Z", failed=24)
     cap = br.open_capture(result=str(write(tmp_path / "f.json", doc)), store=str(baselines))

@@ -388,8 +388,9 @@ def test_verdict_json(tmp_path: Path) -> None:
     assert doc["schema"] == "perfkit.gate/1"
     assert set(doc) == {
         *("schema", "verdict", "exit_code", "summary", "regressed", "improved", "reasons", "notes"),
-        *("warnings", "result", "history", "policy", "metrics"),
+        *("warnings", "skipped", "result", "history", "policy", "metrics"),
     }
+    assert doc["skipped"] == []  # every stored file was read
     assert doc["verdict"] == "regress" and doc["exit_code"] == 1
     assert doc["regressed"] == ["mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms"]
     assert doc["summary"].startswith("REGRESSION in 3 metrics against 3 baselines: mean_ttft_ms +40.0 %")

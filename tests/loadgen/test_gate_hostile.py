@@ -163,8 +163,8 @@ def test_a_store_with_one_bad_entry_is_judged_with_the_rest(tmp_path: Path, stor
     assert any("401 digits" in w for w in verdict["warnings"])
     files[1].write_text(files[1].read_text().replace('"failed": 0', '"failed": NaN', 1))
     res, verdict = gate_out(tmp_path, tmp_path / "new.json", store)
-    assert res.exit_code == 2 and "no baseline to compare with" in res.stderr  # both skipped, said
-    assert len(verdict["reasons"]) == 1
+    assert res.exit_code == 2 and "no usable baseline: all 2 files of the store were skipped" in res.stderr
+    assert len(verdict["reasons"]) == 1 and len(verdict["skipped"]) == 2  # both skipped, said
 
 
 def test_escape_sequences_in_a_stored_result_never_reach_the_terminal(tmp_path: Path, store: Path) -> None:

@@ -161,7 +161,13 @@ def list_command(
 ) -> None:
     """The baselines of the store, newest first (JSON: id, started, model, labels, load)."""
     as_json = as_json or fmt == "json"
-    found = stores.list_baselines(store_dir, model=model, labels=stores.parse_labels(labels), warn=_warn)
+    skipped: list[str] = []
+
+    def warn(message: str) -> None:
+        skipped.append(message)
+        _warn(message)
+
+    found = stores.list_baselines(store_dir, model=model, labels=stores.parse_labels(labels), warn=warn)
     if as_json:
         rows = [
             {
@@ -176,7 +182,12 @@ def list_command(
         ]
         click.echo(json.dumps(rows, indent=1))
         return
-    table = Table(title=_esc(f"baselines in {store_dir} ({len(found)})"))
+    left_out = (
+        f", {len(skipped)} file{'s' if len(skipped) != 1 else ''} skipped (see the warnings)"
+        if skipped
+        else ""
+    )
+    table = Table(title=_esc(f"baselines in {store_dir} ({len(found)}{left_out})"))
     table.add_column("id", no_wrap=True)
     for col in ("started", "load", "labels", "p50 TTFT ms", "p99 TTFT ms", "TPOT ms", "req/s", "errors"):
         table.add_column(col, overflow="fold")

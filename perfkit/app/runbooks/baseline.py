@@ -190,8 +190,11 @@ def _capture(cap: Capture, work: Path) -> None:
     if not paths and not p["url"]:
         cap.mode = "demo"
         store_dir = store_dir or str(work / "store")
+    skipped: list[store.Skipped] = []
     if store_dir and Path(store_dir).is_dir():
-        cap.history += store.iter_store(store_dir, warn=lambda m: cap.missing.append(f"store: {m}"))
+        found, skipped = store.scan_store(store_dir)  # a file that is no baseline: named, left out
+        cap.history += found
+        cap.missing += [f"store: {item}" for item in skipped]
     elif store_dir and not (p["add_to_store"] or cap.mode == "demo"):
         cap.missing.append(f"store {store_dir}: no such folder (create one with `perfkit baseline add`)")
     cap.history += [store.Baseline.from_doc(store.read_input(earlier)) for earlier in paths[:-1]]
@@ -216,6 +219,7 @@ def _capture(cap: Capture, work: Path) -> None:
         policy,
         labels={**store.effective_labels(cap.result), **given},
         records=records_path(path, cap.result),  # the run's own noise: bands from the first baseline on
+        skipped=skipped,
     )
     cap.verdict = v.as_dict()
     cap.missing += v.warnings
