@@ -23,9 +23,11 @@ def test_triage_json_contract():
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     # DESIGN.md §5's keys, plus the workload scope, the workloads found and the span judged (issue 9),
-    # and the serving engine whose series answered (issue 24)
+    # and the serving engine whose series answered (issue 24), and what the sources read but is less
+    # certain than it looks (issue 35: log lines placed by their neighbours' times)
     assert doc["engine"] == {"name": "vllm", "title": "vLLM", "version": "0.8.5"}  # its logs say 0.8.5
     assert set(doc) == {
+        "notes",
         "engine",
         "incident",
         "window",

@@ -145,8 +145,9 @@ def scope_section(
     return Section(f, table)
 
 
-def completeness_section(res: Any) -> Section:
-    """A completeness result: verdict, the sources present, clock skew and gaps."""
+def completeness_section(res: Any, notes: list[str] | None = None) -> Section:
+    """A completeness result: verdict, the sources present, clock skew and gaps; and the sources'
+    ``notes`` (what was read but is less certain than it looks: log lines placed by their neighbours)."""
     table = res.table()
     status = {"complete": "ok", "degraded": "warn", "missing": "critical"}[res.verdict]
     present = [k for k, v in res.sources.items() if v]
@@ -157,12 +158,14 @@ def completeness_section(res: Any) -> Section:
     restarts = getattr(res, "restarts", [])
     if restarts:
         summary += "; restarts: " + ", ".join(f"{r.source} at {r.ts} ({r.how})" for r in restarts)
+    if notes:
+        summary += "; " + "; ".join(notes)
     f = Finding(
         "completeness",
         "Data completeness",
         summary,
         status=status,
-        data=res.as_dict(),
+        data={**res.as_dict(), "notes": list(notes or [])},
         table=table_from_frame(table),
         missing=list(res.missing),
     )

@@ -80,6 +80,9 @@ class Bundle:
     scope: ScopeReport | None = None  # what the workload scope kept (None: not scoped)
     traces: list[Path] = field(default_factory=list)  # profiler trace files under traces/, sorted
     trainer: TrainerEvidence | None = None  # a training framework's lines as series (merged into store)
+    #: what was read but is less certain than it looks: log lines without a time of their own, placed
+    #: by their stamped neighbours (sources.log_times), said once per file
+    notes: list[str] = field(default_factory=list)
 
     def trace_runs(self) -> dict[str, list[Path]]:
         """The trace files by profiled run: ``""`` for files directly in ``traces/``, else the name
@@ -132,6 +135,7 @@ def load_bundle(
             )
     inc = incident or read_incident(root / "incident.yaml")
     missing: list[str] = []
+    notes: list[str] = []
     files: dict[str, list[str]] = {}
 
     entries = survey(root, missing)
@@ -179,6 +183,7 @@ def load_bundle(
         result = read_logs(log_paths, window=inc.window, root=root)
         logs, stats, unknown = result.records, result.stats, result.unknown
         missing.extend(f"logs: {err}" for err in result.errors)
+        notes.extend(f"logs: {note}" for note in result.notes)  # lines placed by their neighbours
     elif not any(m.startswith("logs: ") for m in missing):
         missing.append("logs: the bundle has no logs/")
     scalars = _tensorboard(root, missing, Path(tensorboard) if tensorboard else None)
@@ -192,7 +197,9 @@ def load_bundle(
     traces = _trace_members(root, missing)
     if traces:
         files["traces"] = [_rel(p, root) for p in traces]
-    return Bundle(root, inc, store, events, logs, stats, unknown, files, missing, report, traces, trainer)
+    return Bundle(
+        root, inc, store, events, logs, stats, unknown, files, missing, report, traces, trainer, notes
+    )
 
 
 def _tensorboard(root: Path, missing: list[str], given: Path | None = None) -> pl.DataFrame | None:

@@ -2,7 +2,7 @@
 
 **SGLang's scheduler lines** (sgl-project/sglang ``python/sglang/srt/managers/scheduler_metrics_mixin.py``,
 ``log_prefill_stats`` and ``log_decode_stats``; the record prefix is SGLang's ``[%Y-%m-%d %H:%M:%S TP0]``,
-a timestamp :func:`~perfkit.sources.log_lines._leading_ts` reads)::
+a timestamp :func:`~perfkit.sources.log_times.own_time` reads)::
 
     Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0
     Decode batch. #running-req: 1, #token: 45, token usage: 0.00, gen throughput (token/s): 5.81, #queue-req: 0

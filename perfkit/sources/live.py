@@ -126,6 +126,7 @@ class LiveEvidence:
     stats: pl.DataFrame
     missing: list[str]
     log_files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # read, but less certain than it looks (Bundle.notes)
 
 
 MAX_SINCE_S = 10 * 365 * 86400  # further back than any metrics store keeps
@@ -305,6 +306,7 @@ def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
         engine = ScopedEngine(engine, scope, Window(span_start, incident.window.end))
         engine.hosts()  # fail now if the scope matches nothing on the server
     missing: list[str] = []
+    notes: list[str] = []
     frames = [pl.DataFrame(schema=EVENTS_SCHEMA)]
     frames.extend(_releases(cfg, engine, Window(span_start, incident.window.end), incident.service, missing))
     if cfg.alertmanager_url:
@@ -329,11 +331,12 @@ def open_live(cfg: LiveConfig, incident: Incident) -> LiveEvidence:
             result = read_logs(files, window=incident.window)
             logs, stats = result.records, result.stats
             missing.extend(f"logs: {e}" for e in result.errors)
+            notes.extend(f"logs: {n}" for n in result.notes)  # lines placed by their neighbours' times
         else:
             missing.append(f"logs: nothing matches {', '.join(cfg.logs)}")
     else:
         missing.append("logs: no log files given (logs=PATH or glob)")
-    return LiveEvidence(engine, events, logs, stats, missing, files)
+    return LiveEvidence(engine, events, logs, stats, missing, files, notes)
 
 
 def _releases(cfg: LiveConfig, engine, span: Window, service: str, missing: list[str]) -> list[pl.DataFrame]:

@@ -1,22 +1,23 @@
 """Parse log lines: the line formats, signals and timestamps of :mod:`perfkit.sources.logs`.
 
-The regexes of vLLM lines and stats (other engines' in :mod:`perfkit.sources.engine_lines`), of the
-signals (OOM, NCCL, DataLoader, Xid) and of other lines' timestamps; JSON lines' fields
-(:data:`JSON_TS_KEYS`); the year of year-less stamps (:class:`_Years`); and :class:`_Parser`, which
-classifies one file's lines into the rows of :class:`_Columns` (see :mod:`perfkit.sources.logs`).
+The regexes of vLLM lines and stats (other engines' in :mod:`perfkit.sources.engine_lines`) and of the
+signals (OOM, NCCL, DataLoader, Xid); JSON lines' fields
+(:data:`JSON_TS_KEYS`); and :class:`_Parser`, which classifies one file's lines into the rows of
+:class:`_Columns` (see :mod:`perfkit.sources.logs`), each line at its own time or placed between its
+stamped neighbours (:mod:`perfkit.sources.log_times`, whatever the framework that wrote the file).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
-from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, SchemaDict, Window, to_ms
+from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, SchemaDict
 from perfkit.sources.engine_lines import SGLANG_ARGS, is_trtllm_launch, sglang_stats
-from perfkit.sources.trainer_lines import trainer_kind
+from perfkit.sources.log_times import LEVELS, Placement, Years, json_ts, normalize_level, own_time
+from perfkit.sources.trainer_lines import KINDS, trainer_kind
 
 #: JSON keys tried, in order, for the timestamp, the message and the level of a JSON line
 #: (``asctime``/``levelname``: vLLM's JSON logging, python-json-logger with vLLM's ``JSON_FORMAT``)
@@ -153,76 +154,7 @@ def _settings_part(msg: str) -> str | None:
     return msg[at + 13 :] if at > 0 and msg.startswith("Initializing ") else None
 
 
-# -- timestamps of lines that are not vLLM / JSON -----------------------------------------------
-# Put before a line's own stamp: indentation, torchrun's "[rank3]:"/"[default0]:", a "[1234] " pid or line
-# number ("[80746] [rank0]:[E321 02:07:08...]", hiyouga/LlamaFactory#7396), Ray's "(WorkerDict pid=1230, ip=..)
-# "; a few, each bounded (a dmesg "[12345.678901]" has a dot: not one).
-_LINE_PREFIX = re.compile(
-    r"[ \t]{0,64}(?:(?:\[(?:rank|default)?\d{1,9}\]:?|\([\w.-]{0,64} ?pid=\d{1,9}(?:, ip=[^()\s]{1,256})?\)) ?){0,4}"
-)
-_ISO_TS = re.compile(
-    r"\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?\s?(Z|[+-]\d\d:?\d\d)?\b"
-)
-# glog "E1130 02:10:01.123456 12345 file.cc:12]" and PyTorch's own c10 logger (c10/util/Logging.cpp),
-# which writes the date as the number (month * 100 + day): "[E810 03:04:11.061727749 file.cpp:683]" is
-# 10 August. The month is 1-2 digits, the day always 2, so "E111 " is 11 January and "E1101 " 1 November.
-_GLOG_TS = re.compile(r"\[?([IWEF])(1[0-2]|0?[1-9])([0-3]\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?[ \]]")
-_MON = "(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-_MONTHS = {m: i for i, m in enumerate(_MON[1:-1].split("|"), 1)}
-# syslog, journalctl -o short(-precise)
-_SYSLOG_TS = re.compile(_MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))? ")
-_DMESG_T_TS = re.compile(r"\[(?:[A-Z][a-z]{2} )?" + _MON + r" +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\]")
-
-_LEVELS = dict(WARN="WARNING", ERR="ERROR", FATAL="CRITICAL", CRIT="CRITICAL", TRACE="DEBUG")
-_LEVELS.update(D="DEBUG", I="INFO", W="WARNING", E="ERROR", F="CRITICAL")  # glog's one-letter levels
-
-
 # -- parsing ---------------------------------------------------------------------------------------
-
-
-class _Years:
-    """Epoch milliseconds for year-less stamps, taking the year nearest the window's middle."""
-
-    def __init__(self, window: Window) -> None:
-        self.middle = window.start + (window.end - window.start) / 2
-        self._days: dict[tuple[int, int], int | None] = {}
-        self._by_text: dict[str, int | None] = {}
-
-    def day_ms(self, month: int, day: int) -> int | None:
-        """Epoch ms of 00:00 UTC on ``month``/``day`` of the nearest year; None if no such date."""
-        key = (month, day)
-        if key not in self._days:
-            self._days[key] = self._nearest(month, day)
-        return self._days[key]
-
-    def _nearest(self, month: int, day: int) -> int | None:
-        best: tuple[timedelta, datetime] | None = None
-        for year in (self.middle.year - 1, self.middle.year, self.middle.year + 1):
-            try:
-                midnight = datetime(year, month, day, tzinfo=UTC)
-            except ValueError:
-                continue
-            distance = abs(midnight + timedelta(hours=12) - self.middle)
-            if best is None or distance < best[0]:
-                best = (distance, midnight)
-        return None if best is None else to_ms(best[1])
-
-    def stamp_ms(self, date: str, time: str) -> int | None:
-        """Epoch ms of a vLLM stamp (``"11-30"``, ``"00:10:05"``); None when it is not a valid time."""
-        base = self._by_text.get(date, -1)
-        if base == -1:
-            base = self._by_text[date] = self.day_ms(int(date[:2]), int(date[3:5]))
-        hh, mm, ss = int(time[:2]), int(time[3:5]), int(time[6:8])
-        if base is None or hh > 23 or mm > 59 or ss > 60:
-            return None
-        return base + ((hh * 60 + mm) * 60 + ss) * 1000
-
-    def ms(self, month: int, day: int, hh: int, mm: int, ss: int, frac_ms: int = 0) -> int | None:
-        """Epoch ms of a year-less stamp, or None when it is not a valid time."""
-        if hh > 23 or mm > 59 or ss > 60:
-            return None
-        base = self.day_ms(month, day)
-        return None if base is None else base + ((hh * 60 + mm) * 60 + ss) * 1000 + frac_ms
 
 
 class _Columns:
@@ -307,19 +239,32 @@ def _empty(schema: SchemaDict) -> pl.DataFrame:
 
 
 class _Parser:
-    """Classifies the lines of one file, carrying the last timestamp forward."""
+    """Classifies the lines of one file; a line without a time of its own is placed by the stamped
+    lines around it (:class:`~perfkit.sources.log_times.Placement`)."""
 
-    def __init__(self, out: _Columns, years: _Years, source: str) -> None:
+    def __init__(self, out: _Columns, years: Years, source: str) -> None:
         self.out = out
         self.years = years
         self.source = source
-        self.last_ts: int | None = None
+        self.placement = Placement()
         self.unknown = 0
         self.last_stats: int | None = None  # index of this file's last stats row, for V0's prefix line
         self.wrapped: _Wrapped | None = None  # a start-up line the next rows may continue
+        self._untimed = False  # the line being read carries no time of its own
 
     def feed(self, lineno: int, text: str) -> None:
         """Classify one line (newline optional) and append what it gives."""
+        rows = len(self.out.log_rows)
+        self._untimed = False
+        self._feed(lineno, text)
+        if self._untimed:
+            self.placement.untimed(len(self.out.log_rows) - rows)
+
+    def note(self) -> str | None:
+        """How this file's lines without a time were placed (one line), once it is all fed."""
+        return self.placement.note(self.source)
+
+    def _feed(self, lineno: int, text: str) -> None:
         if "\x1b" in text:
             text = _ANSI.sub("", text)
         if self.wrapped is not None and self._continues(text.rstrip("\r\n")):
@@ -370,7 +315,7 @@ class _Parser:
         if _VLLM_HINT.search(text) or (text[0] == "{" and _json_fields(text) is not None):
             return False
         return (
-            _leading_ts(text, self.years)[0] is None
+            own_time(text, self.years)[0] is None
             and _signal(text) is None
             and "Avg prompt throughput" not in text
             and not _is_launch(text)
@@ -410,7 +355,7 @@ class _Parser:
 
     def _plain(self, lineno: int, text: str) -> None:
         """A line in no structured format: a record if it holds a signal or vLLM stats."""
-        own_ts, level = _leading_ts(text, self.years)
+        own_ts, level = own_time(text, self.years)
         ts = self._carry(own_ts)
         signal = _signal(text)
         if signal is not None:
@@ -426,9 +371,8 @@ class _Parser:
         if stats is None:
             what = "vllm_launch" if _is_launch(text) else "sglang" if SGLANG_ARGS in text else None
             trainer = None if what else trainer_kind(text)  # perfkit.sources.trainer_lines
-            if trainer and trainer not in ("megatron_timer", "deepspeed_flops"):  # its own stamp, or none
-                m = _ISO_TS.search(text, 0, 96) if own_ts is None else None
-                ts = _iso_ms(m) if m else own_ts
+            if trainer in _PLACED_BY_CONTENT and own_ts is None:
+                ts, self._untimed = None, False  # trainer_series places it by its own numbers
             if what or trainer:
                 self.out.record(ts, self.source, lineno, what or trainer or "", level, text)
             else:
@@ -439,11 +383,25 @@ class _Parser:
         self.out.record(ts, self.source, lineno, "vllm_stats", level, text)
 
     def _carry(self, ts: int | None) -> int | None:
-        """``ts`` if the line has one (and remember it), else the last one seen in this file."""
+        """``ts`` if the line has one (and remember it), else the last one seen in this file: the line
+        is placed by its stamped neighbours (:class:`~perfkit.sources.log_times.Placement`)."""
         if ts is None:
-            return self.last_ts
-        self.last_ts = ts
+            self._untimed = True
+            return self.placement.last
+        self.placement.stamp(ts)
         return ts
+
+
+_PLACED_BY_CONTENT = frozenset(KINDS) - {
+    "megatron_timer",
+    "deepspeed_flops",
+    "elastic_restart",
+    "elastic_failure",
+}
+"""A training framework's progress lines: without a time of their own they stay without one, and
+:mod:`perfkit.sources.trainer_series` places them by their iterations and step times (a midpoint between
+neighbours would invent the step times it derives from their spacing). A timer block, the flops
+profiler's summary and torchrun's restart reports are placed like any other line."""
 
 
 def _signal(text: str) -> tuple[str, str | None] | None:
@@ -458,7 +416,7 @@ def _signal(text: str) -> tuple[str, str | None] | None:
         m = _NCCL.search(text) if "NCCL " in text else None
         if m is not None:
             level = m["level"]
-            return ("nccl_warn" if level == "WARN" else "nccl_info"), _LEVELS.get(level, level)
+            return ("nccl_warn" if level == "WARN" else "nccl_info"), LEVELS.get(level, level)
     if ("DataLoader" in text or "killed by signal" in text or "bus error" in text) and _DATALOADER.search(
         text
     ):
@@ -470,106 +428,6 @@ def _signal(text: str) -> tuple[str, str | None] | None:
         if fallen > 0 and "NVRM:" in text[:fallen]:
             return "xid", "ERROR"  # the Xid 79 condition, logged without its Xid
     return None
-
-
-def normalize_level(level: object) -> str | None:
-    """Upper-case level name with aliases folded (``warn`` → ``WARNING``, glog ``E`` → ``ERROR``)."""
-    if level is None or isinstance(level, bool):
-        return None
-    text = str(level).strip().upper()
-    if not text:
-        return None
-    return _LEVELS.get(text, text)
-
-
-# -- timestamps ------------------------------------------------------------------------------------
-
-
-def _leading_ts(text: str, years: _Years) -> tuple[int | None, str | None]:
-    """(epoch ms, level) from a timestamp at the start of ``text``; (None, None) when there is none.
-
-    Understands ISO 8601 (``2026-11-30 02:10:01,123``, optionally in brackets, as NCCL writes
-    it), glog (``[E1130 02:10:01.123456 file.cpp:12]``, which also gives the level), syslog
-    (``Nov 30 02:10:01 host kernel:``, also with ``journalctl -o short-precise`` microseconds),
-    PyTorch's c10 logger (``[E810 03:04:11.061727749 file.cpp:683]``, the date as month * 100 + day)
-    and ``dmesg -T`` (``[Mon Nov 30 02:10:01 2026]``), after optional indentation and launcher prefixes
-    (``[rank0]:``, ``[default0]:``, ``[1234] ``; :data:`_LINE_PREFIX`).
-    """
-    if text[:1] in " \t[(":
-        prefix = _LINE_PREFIX.match(text)
-        if prefix:
-            text = text[prefix.end() :]
-    first = text[:1]
-    if first.isdigit() or first == "[":
-        m = _ISO_TS.match(text)
-        if m:
-            return _iso_ms(m), None
-    if first in "[IWEF":
-        m = _GLOG_TS.match(text)
-        if m:
-            ms = years.ms(int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]), _frac_ms(m[7]))
-            return ms, normalize_level(m[1])
-    if first == "[":
-        m = _DMESG_T_TS.match(text)
-        if m:
-            return _calendar_ms(int(m[6]), _MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5])), None
-    elif first in "JFMASOND":
-        m = _SYSLOG_TS.match(text)
-        if m:
-            return years.ms(_MONTHS[m[1]], int(m[2]), int(m[3]), int(m[4]), int(m[5]), _frac_ms(m[6])), None
-    return None, None
-
-
-def _frac_ms(digits: str | None) -> int:
-    """Milliseconds in a fraction-of-second digit string (``"123456"`` → 123)."""
-    return int((digits + "000")[:3]) if digits else 0
-
-
-def _calendar_ms(year: int, month: int, day: int, hh: int, mm: int, ss: int, frac_ms: int = 0) -> int | None:
-    try:
-        return to_ms(datetime(year, month, day, hh, mm, min(ss, 59), tzinfo=UTC)) + frac_ms
-    except ValueError:
-        return None
-
-
-def _iso_ms(m: re.Match[str]) -> int | None:
-    """Epoch ms of an :data:`_ISO_TS` match; no zone means UTC."""
-    ms = _calendar_ms(int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]), _frac_ms(m[7]))
-    zone = m[8]
-    if ms is None or not zone or zone == "Z":
-        return ms
-    sign = -1 if zone[0] == "-" else 1
-    digits = zone[1:].replace(":", "")
-    offset_min = int(digits[:2]) * 60 + int(digits[2:])
-    return ms - sign * offset_min * 60_000
-
-
-def epoch_ms(value: float) -> int:
-    """Epoch milliseconds from a number in epoch seconds, ms, µs or ns (chosen by magnitude)."""
-    size = abs(value)
-    if size >= 1e17:
-        return round(value / 1e6)
-    if size >= 1e14:
-        return round(value / 1e3)
-    if size >= 1e11:
-        return round(value)
-    return round(value * 1000)
-
-
-def _json_ts(value: object) -> int | None:
-    """Epoch ms of a JSON timestamp (ISO string, or epoch s/ms/µs/ns as a number or string)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return epoch_ms(value) if value == value else None
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    try:
-        return epoch_ms(float(text))
-    except ValueError:
-        m = _ISO_TS.fullmatch(text) if text[:1].isdigit() else None
-    return None if m is None else _iso_ms(m)
 
 
 def _first(obj: dict[str, object], keys: tuple[str, ...]) -> object:
@@ -588,7 +446,7 @@ def _json_fields(text: str) -> tuple[int, str | None, str] | None:
     raw_msg = _first(obj, JSON_MESSAGE_KEYS)
     if raw_ts is None or raw_msg is None:
         return None
-    ts = _json_ts(raw_ts)
+    ts = json_ts(raw_ts)
     if ts is None:
         return None
     message = raw_msg if isinstance(raw_msg, str) else json.dumps(raw_msg)

@@ -55,10 +55,17 @@ Timestamps: vLLM (``%m-%d %H:%M:%S``), glog (``E1130 02:10:01.123456``), PyTorch
 year; it is the year that puts the date closest to the middle of ``window`` (so an incident
 spanning New Year works). Stamps without a zone are taken as UTC (NCCL's and syslog's are local
 time on the host). A stamp is found after indentation and launcher prefixes (torchrun's ``[rank3]:``
-and ``[default0]:``, a ``[1234]`` pid or line number). A line without a timestamp of its own (a traceback's ``torch.OutOfMemoryError`` line, a
-dmesg ``[12345.678901]`` line, whose clock is time since boot) gets the timestamp of the previous
-timestamped line of the same file, or null when there is none. Blank lines are skipped and not
-counted; records keep file order (``source``, ``line``).
+and ``[default0]:``, a ``[1234]`` pid or line number) or after a logger's short header (torchtitan's
+``[titan]``, NeMo's ``[NeMo I``, transformers' ``[INFO|file.py:12]``; :mod:`perfkit.sources.log_times`).
+A line without a timestamp of its own (NCCL's INFO/WARN lines, a traceback and its
+``torch.OutOfMemoryError``/``CUDA error``/``DistBackendError`` line, a dmesg ``[12345.678901]`` line,
+whose clock is time since boot) is placed, whatever wrote the file, by the timestamped lines around it
+in the same file: it takes the time of the one before it (a failure's lines follow the last line the
+job wrote), and is at most the gap to the one after it early; before the first it has none.
+``notes`` says once per file how many lines were placed and how early they may be. A
+training framework's progress line without a time stays null (:mod:`perfkit.sources.trainer_series`
+places it by its own numbers). Blank lines are skipped and not counted; records keep file order
+(``source``, ``line``).
 
 Log files are untrusted input, so reading is bounded: a line longer than :data:`MAX_LINE_BYTES`
 (64 KiB) is skipped without ever being held whole (it is read past in 64 KiB pieces) and
@@ -82,7 +89,8 @@ from typing import IO
 import polars as pl
 
 from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, Window
-from perfkit.sources.log_lines import _Columns, _empty, _Parser, _Years
+from perfkit.sources.log_lines import _Columns, _empty, _Parser
+from perfkit.sources.log_times import Years
 from perfkit.sources.safeio import RefusedFile, open_regular, outside, size_text
 
 PathLike = str | Path
@@ -104,7 +112,8 @@ class LogResult:
     ``records`` (LOG_SCHEMA) and ``stats`` (STATS_SCHEMA; rates in tokens/s, cache figures as
     fractions 0-1) are the parsed lines; ``unknown`` counts lines no parser recognised (per file
     in ``unknown_by_file``); ``files`` names the files read, as in ``records["source"]``;
-    ``errors`` holds one line per file that could not be (fully) read.
+    ``errors`` holds one line per file that could not be (fully) read; ``notes`` one per file whose
+    untimed lines were placed by their stamped neighbours.
     """
 
     records: pl.DataFrame
@@ -113,6 +122,10 @@ class LogResult:
     unknown_by_file: dict[str, int] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """One line per file whose lines without a time of their own were placed by their neighbours, and
+    how well (``train.log: 12 lines without a time of their own placed by their timestamped neighbours
+    (at the time of the line before, at most 4.2 s early)``): said once, not per line."""
 
     def within(self, window: Window) -> LogResult:
         """The same result with records and stats limited to the closed ``window`` (null ts dropped)."""
@@ -124,6 +137,7 @@ class LogResult:
             dict(self.unknown_by_file),
             list(self.files),
             list(self.errors),
+            list(self.notes),
         )
 
 
@@ -180,7 +194,7 @@ def read_logs(
     files = expand(paths)
     names = source_names(files)
     out = _Columns()
-    years = _Years(window)
+    years = Years(window)
     result = LogResult(_empty(LOG_SCHEMA), _empty(STATS_SCHEMA))
     for path, name in zip(files, names, strict=True):
         where = outside(path, root) if root is not None else None
@@ -194,6 +208,8 @@ def read_logs(
             result.files.append(name)
             result.unknown_by_file[name] = parser.unknown
             result.unknown += parser.unknown
+            if note := parser.note():
+                result.notes.append(note)
     result.records, result.stats = out.frames()
     return result
 
@@ -201,11 +217,14 @@ def read_logs(
 def parse_lines(lines: Iterable[str], *, window: Window, source: str = "<lines>") -> LogResult:
     """Parse log lines already in memory (e.g. from Loki) as if they were one file named ``source``."""
     out = _Columns()
-    parser = _Parser(out, _Years(window), source)
+    parser = _Parser(out, Years(window), source)
     for lineno, text in enumerate(lines, 1):
         parser.feed(lineno, text)
     records, stats = out.frames()
-    return LogResult(records, stats, parser.unknown, {source: parser.unknown}, [source], [])
+    note = parser.note()
+    return LogResult(
+        records, stats, parser.unknown, {source: parser.unknown}, [source], [], [note] if note else []
+    )
 
 
 def source_names(files: list[Path]) -> list[str]:

@@ -75,6 +75,8 @@ class TriageResult:
     workload: str = "unknown"  # training | serving | mixed | unknown (workload_kind)
     #: the serving engine whose series answered: {name, title, version} (perfkit.engine.dialects)
     engine: dict[str, str | None] | None = None
+    #: what the sources read but is less certain than it looks (log lines placed by their neighbours)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def top(self) -> RowResult | None:
@@ -129,6 +131,7 @@ class TriageResult:
                 "workloads": self.workloads,
                 "judged": self.judged,
                 "engine": self.engine,
+                "notes": self.notes,
             }
         )
         return out
@@ -288,9 +291,11 @@ def triage_evidence(
     logs: Any,
     missing: list[str],
     scope: Any = None,
+    notes: list[str] | None = None,
 ) -> TriageResult:
     """The triage table on opened evidence (a bundle's or live sources'), with the evidence the
-    sources could not get added to the result's ``missing``. ``scope`` is the
+    sources could not get added to the result's ``missing`` (and what they read but is less certain
+    than it looks, ``notes``: log lines placed by their neighbours' times). ``scope`` is the
     :class:`~perfkit.core.scope.ScopeReport` of already scoped evidence; without one, the
     workloads the evidence holds are listed and, when there are several, the result says they are
     judged together."""
@@ -304,6 +309,7 @@ def triage_evidence(
     for m in missing:
         if m not in result.missing:
             result.missing.append(m)
+    result.notes = list(notes or [])
     if scope is not None:
         result.scope = scope.as_dict()
         result.missing.extend(f"scope: {note}" for note in scope.notes)
@@ -359,7 +365,9 @@ def triage_bundle(
         from perfkit.engine.dialects import OnlyEngine
 
         engine = OnlyEngine(engine, serving)
-    return triage_evidence(engine, b.incident, events=b.events, logs=b.logs, missing=b.missing, scope=b.scope)
+    return triage_evidence(
+        engine, b.incident, events=b.events, logs=b.logs, missing=b.missing, scope=b.scope, notes=b.notes
+    )
 
 
 def with_workloads(exc: Exception, path: Any) -> Exception:

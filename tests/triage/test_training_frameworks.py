@@ -8,6 +8,7 @@ framework that never logs a signal, that the row says so rather than guessing.""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -120,3 +121,39 @@ def test_tensorboard_kept_outside_the_bundle_is_read_with_the_flag(tmp_path):
 
 def _verdict(doc: dict, direction: str) -> str:
     return next(r["verdict"] for r in doc["directions"] if r["id"] == direction)
+
+
+def test_torchtitan_with_nccl_2_21_places_its_network_lines_and_confirms_the_network(tmp_path):
+    """Issue 35 item 3: the IB fabric fails under a torchtitan job, its log written as torchrun --tee
+    and NCCL 2.21.5 (the version its init lines state) write it: ``[rank0]:`` before torchtitan's
+    ``[titan] <time>`` lines, and no time on NCCL's WARN lines (src/debug.cc stamps none before 2.26;
+    the simulator writes 2.26's stamp, removed here). The WARN lines take the time of the torchtitan
+    step before them (they had the time of the last line torchtitan did not write, minutes earlier:
+    its ``[titan]`` stamps were read for its own lines only), the log says how they were placed, and
+    the network row is confirmed."""
+    import re
+    from datetime import timedelta
+
+    from perfkit.sources.logs import read_logs
+
+    bundle = _told("nccl-socket-fallback", "torchtitan", tmp_path)
+    log = bundle / "logs" / "train.log"
+    stamp = re.compile(r"^(\[rank\d+\]:)\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] (?=\S+ \[\d+\] \S+ NCCL WARN )")
+    lines = log.read_text().splitlines()
+    rewritten = [stamp.sub(r"\1", "[rank0]:" + x if x.startswith("[titan] ") else x) for x in lines]
+    assert sum(a != b for a, b in zip(lines, rewritten, strict=True)) > 100
+    assert not any(stamp.match(x) for x in rewritten)
+    log.write_text("\n".join(rewritten) + "\n")
+
+    result = read_logs(log, window=load_bundle(bundle).incident.window)
+    rows = result.records.select("ts", "line", "kind").rows()
+    warns = [(ts, n) for ts, n, kind in rows if kind == "nccl_warn"]
+    assert len(warns) == 2
+    for ts, n in warns:
+        step_before = max((r for r in rows if r[2] == "torchtitan" and r[1] < n), key=lambda r: r[1])
+        assert ts == step_before[0]
+        # the last step before the hang; NCCL gave up on IB at 21:19:41 (the simulator's own stamp)
+        assert timedelta(0) <= datetime(2026, 12, 9, 21, 19, 41, tzinfo=UTC) - ts < timedelta(minutes=1)
+    assert any("placed by their timestamped neighbours" in note for note in result.notes)
+    row = _row(triage_bundle(bundle), "network_communication")
+    assert row["verdict"] == "confirmed", row

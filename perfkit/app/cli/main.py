@@ -295,7 +295,9 @@ def triage(bundle: str | None, fmt: str, serving: str | None, tensorboard: str |
             from perfkit.engine.dialects import OnlyEngine
 
             engine = OnlyEngine(engine, serving)
-        result = triage_evidence(engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing)
+        result = triage_evidence(
+            engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing, notes=ev.notes
+        )
     else:
         raise click.UsageError("give --bundle DIR or --prometheus URL with --start/--end (or --since)")
     if fmt == "json":

@@ -336,7 +336,9 @@ def live_found(params: dict[str, Any]) -> dict[str, Any] | None:
         wanted = IncidentParams.from_mapping(params)
         incident = wanted.incident()
         ev = open_live(wanted.live_config(), incident)
-        result = triage_evidence(ev.engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing)
+        result = triage_evidence(
+            ev.engine, incident, events=ev.events, logs=ev.logs, missing=ev.missing, notes=ev.notes
+        )
     except (PerfkitError, OSError):
         return None
     return {**triage_found(result), "source": f"the live Prometheus ({params.get('prometheus_url')})"}

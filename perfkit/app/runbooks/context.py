@@ -41,6 +41,8 @@ class Context:
     stats: pl.DataFrame | None = None
     error: str | None = None
     missing: list[str] = field(default_factory=list)
+    #: what the sources read but is less certain than it looks (perfkit.sources.bundle.Bundle.notes)
+    notes: list[str] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)
     summaries: dict[str, str] = field(default_factory=dict)
 
@@ -121,6 +123,7 @@ def open_incident(bundle: str = "", **params: Any) -> Context:
             ctx.incident, ctx.engine = incident, live.engine
             ctx.events, ctx.logs, ctx.stats = live.events, live.logs, live.stats
             ctx.add_missing(live.missing)
+            ctx.notes = list(live.notes)
         else:
             raise ConfigError(
                 "no evidence source: set `bundle` (an incident bundle folder) or `prometheus_url`"
@@ -181,6 +184,7 @@ def _open_bundle(ctx: Context, bundle: str, wanted: IncidentParams) -> None:
     ctx.bundle, ctx.incident, ctx.engine = b, incident, LocalEngine(b.store)
     ctx.events, ctx.logs, ctx.stats = b.events, b.logs, b.stats
     ctx.add_missing(b.missing)
+    ctx.notes = list(b.notes)
 
 
 def section(key: str, title: str) -> Callable[[Callable[[Context], Section]], Callable[[Context], Section]]:

@@ -87,7 +87,7 @@ def completeness(ctx: Context) -> Section:
     inc = ctx.incident
     assert inc is not None
     res = ctx.need("completeness", lambda: run(ctx.engine, inc.window, stats=ctx.stats, events=ctx.events))
-    return show.completeness_section(res)
+    return show.completeness_section(res, ctx.notes)
 
 
 @section("changes", "What changed")
