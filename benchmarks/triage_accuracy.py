@@ -2,7 +2,7 @@
 loose windows, shared fleets and restarts.
 
     python benchmarks/triage_accuracy.py [SCENARIOS_DIR] [--seeds N [--seed-base B | --fixed-seeds]]
-                                         [--variants] [--dialect sglang,trtllm]
+                                         [--variants] [--dialect sglang,trtllm,tgi,dynamo,triton]
                                          [--framework megatron,torchtitan,deepspeed,hf] [--jobs J]
                                          [--out DIR] [--only NAME,NAME]
 
@@ -18,7 +18,9 @@ restart variants of every scenario (:mod:`perfkit.lab.sim.variants`) on the same
 scenario's own seed without ``--seeds``). ``--dialect sglang,trtllm`` (issue 24) adds each inference
 scenario told by that engine (:mod:`perfkit.lab.sim.dialects`: its metric names, buckets and log lines,
 with only the signals it exports), in columns ``base/<dialect>`` beside the vLLM telling ``base``, so a
-direction that holds on vLLM and not on another engine shows in one table. ``--framework
+direction that holds on vLLM and not on another engine shows in one table; issue 35 adds ``tgi``,
+``dynamo-frontend`` (Dynamo's frontend alone), ``dynamo`` (the frontend and its vLLM workers) and
+``triton`` (Triton's TensorRT-LLM backend), told by :mod:`perfkit.lab.sim.tellings`. ``--framework
 megatron,torchtitan,deepspeed,hf`` (issue 25) adds each training scenario told by that framework
 (:mod:`perfkit.lab.sim.training_frameworks`: its own log lines and TensorBoard scalars, no
 ``train_*``), in columns ``base/<framework>``; a cell whose answer rests on a signal the framework
@@ -337,8 +339,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--dialect",
         default="",
-        help="comma-separated engine dialects (sglang, trtllm, trtllm-1.1): every inference scenario also "
-        "told in each engine's own metric names and log lines (columns base/<dialect>)",
+        help="comma-separated engine dialects (sglang, trtllm, trtllm-1.1, tgi, dynamo-frontend, dynamo, "
+        "triton): every inference scenario also told in each engine's own metric names and log lines "
+        "(columns base/<dialect>)",
     )
     p.add_argument(
         "--framework",
@@ -357,6 +360,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     bad = [f for f in args.framework.split(",") if f.strip() and f.strip() not in FRAMEWORKS]
     if bad:
         p.error(f"--framework: unknown {', '.join(bad)} (choose from {', '.join(FRAMEWORKS)})")
+    from perfkit.lab.sim.dialects import DIALECTS
+
+    told = [d.strip() for d in args.dialect.split(",") if d.strip()]
+    bad = [d for d in told if d not in DIALECTS[1:]]
+    if bad:
+        p.error(f"--dialect: unknown {', '.join(bad)} (choose from {', '.join(DIALECTS[1:])})")
     if args.jobs < 1 or args.jobs > 64:
         p.error("--jobs wants 1..64")
     if args.seed_base is not None and (args.fixed_seeds or args.seed_base < 0):

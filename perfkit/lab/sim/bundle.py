@@ -17,12 +17,17 @@ from perfkit.lab.sim.engine import Engine
 from perfkit.lab.sim.exporters import Recorder
 from perfkit.lab.sim.model import ScenarioSpec
 from perfkit.lab.sim.series import Series
+from perfkit.lab.sim.tellings import LOG_FILE
 
 #: which exporter (and so which metrics/<target>.om file) a family comes from
 TARGET_OF = {
     "vllm:": "vllm",
     "sglang:": "sglang",
     "trtllm_": "trtllm",
+    "tgi_": "tgi",
+    "dynamo_frontend_": "dynamo-frontend",
+    "dynamo_component_": "dynamo-worker",
+    "nv_": "triton",
     "train_": "train",
     "DCGM_": "dcgm",
     "node_": "node",
@@ -52,7 +57,8 @@ def write_openmetrics(path: Path, families: list[Series]) -> int:
         if series.kind == "counter" and family.endswith("_total"):
             family = family[: -len("_total")]
         lines.append(f"# TYPE {family} {series.kind}")
-        lines.append(f"# HELP {family} {series.help}")
+        if series.help:  # an exporter writes no HELP for a metric nobody described (TGI's some)
+            lines.append(f"# HELP {family} {series.help}")
         rows: list[tuple[float, int, str]] = []
         for order, (key, points) in enumerate(series.points.items()):
             sample, *labels = key
@@ -137,11 +143,12 @@ def generate(spec: ScenarioSpec, out: Path, *, duration_s: float | None = None) 
     (out / "metrics").mkdir(exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     n_lines = write_metrics(out / "metrics", recorder.out.values())
-    logs = sorted(recorder.logs, key=lambda x: x[0])
-    log_name = {"vllm": "vllm", "sglang": "sglang"}.get(spec.dialect, "trtllm-serve")
-    (out / "logs" / f"{log_name}.log").write_text(
-        "\n".join(line for _, line in logs) + "\n", encoding="utf-8"
-    )
+    log_name = {"vllm": "vllm", "sglang": "sglang", **LOG_FILE}.get(spec.dialect, "trtllm-serve")
+    for name, entries in {log_name: recorder.logs, **recorder.side_logs}.items():
+        logs = sorted(entries, key=lambda x: x[0])
+        (out / "logs" / f"{name}.log").write_text(
+            "\n".join(line for _, line in logs) + "\n", encoding="utf-8"
+        )
 
     events: list[dict[str, Any]] = [
         {

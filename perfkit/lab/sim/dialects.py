@@ -1,4 +1,5 @@
-"""The serving simulator told in each engine's own words: vLLM, SGLang or TensorRT-LLM (``trtllm-serve``).
+"""The serving simulator told in each engine's own words: vLLM, SGLang or TensorRT-LLM (``trtllm-serve``)
+here; TGI, Dynamo and Triton in :mod:`perfkit.lab.sim.tellings`.
 
 The simulated engine (:mod:`perfkit.lab.sim.engine`) is the same physics in every dialect; what
 changes is what its exporter and its log say, each as the real engine says it:
@@ -23,6 +24,9 @@ changes is what its exporter and its log say, each as the real engine says it:
 ``trtllm-1.1``
     The same server as TensorRT-LLM 1.1.0rc5 exported it (Dynamo's ``docs/backends/trtllm/prometheus.md``):
     five metrics only (success, E2E, TTFT, TPOT, queue), so what a row needs beyond them is missing.
+``tgi``, ``dynamo-frontend``, ``dynamo``, ``triton``
+    Hugging Face TGI, NVIDIA Dynamo's frontend (alone, or with its vLLM workers scraped) and Triton's
+    TensorRT-LLM backend: :mod:`perfkit.lab.sim.tellings`, each with its upstream source.
 
 The lab never imports a detector: these are the engines' formats, not the triage table's reading of them.
 """
@@ -40,7 +44,11 @@ if TYPE_CHECKING:
 
 Recorder = Any  # perfkit.lab.sim.exporters.Recorder, which imports this module (no import circles)
 
-DIALECTS = ("vllm", "sglang", "trtllm", "trtllm-1.1")
+#: every telling: these four here, and TGI, Dynamo (frontend alone, or with its vLLM workers) and Triton's
+#: TensorRT-LLM backend in :mod:`perfkit.lab.sim.tellings`
+DIALECTS = ("vllm", "sglang", "trtllm", "trtllm-1.1", "tgi", "dynamo-frontend", "dynamo", "triton")
+#: the tellings whose engine exports vLLM's own series (Dynamo's vLLM workers)
+VLLM_SERIES = ("vllm", "dynamo")
 
 # -- the Recorder's own (vLLM) names → each dialect's -----------------------------------------------
 

@@ -191,8 +191,10 @@ class Engine:
             if decoding:
                 idx = np.asarray(decoding)
                 itl = end - last_tok[idx]
-                self.rec.itl(itl)  # vLLM observes one interval per sequence per step, however many tokens
-                generated[idx] += 1 + self._accepted(idx, cfg, reqs.output[idx] - generated[idx] - 1)
+                emitted = 1 + self._accepted(idx, cfg, reqs.output[idx] - generated[idx] - 1)
+                # vLLM observes one interval per sequence per step, however many tokens it emitted
+                self.rec.itl(itl, emitted)
+                generated[idx] += emitted
                 last_tok[idx] = end
                 for r in decoding:
                     if generated[r] >= reqs.output[r]:

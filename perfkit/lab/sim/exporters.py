@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from perfkit.lab.sim import dialects
+from perfkit.lab.sim import dialects, tellings
 from perfkit.lab.sim.dialects import ITL_BUCKETS, REQUEST_BUCKETS, TOKEN_BUCKETS, TTFT_BUCKETS
 from perfkit.lab.sim.model import EngineConfig, Release, ScenarioSpec
 from perfkit.lab.sim.series import Histogram, SeriesSet
@@ -32,7 +32,7 @@ SPEC_COUNTERS = (
 
 
 def _speculates(spec: ScenarioSpec) -> bool:
-    return spec.dialect == "vllm" and (
+    return spec.dialect in dialects.VLLM_SERIES and (
         spec.engine.spec_tokens > 0 or any(r.engine_changes.get("spec_tokens") for r in spec.releases)
     )
 
@@ -111,6 +111,9 @@ class Recorder:
         self.xid = 0.0
         self.state = (0, 0, 0.0)  # running, waiting, kv frac
         self.pid = 4100 + int(rng.integers(0, 800))
+        self.side_logs: dict[str, list[tuple[float, str]]] = {}  # another process's log (Dynamo's frontend)
+        # TGI, Dynamo, Triton: the engine's own exporter and log over the same events (draws no numbers)
+        self.told = tellings.telling_for(self)
 
     # -- engine callbacks ------------------------------------------------------------------------
 
@@ -121,17 +124,25 @@ class Recorder:
     def arrived(self, r: int, reqs) -> None:
         self.arrivals_since += 1
         self.prompt_bytes_since += float(reqs.prompt[r]) * 4.2
+        if self.told:
+            self.told.arrived(r, float(reqs.arrival[r]), int(reqs.prompt[r]))
 
     def prefix_cache(self, queried: int, hit: int) -> None:
         """vLLM counts prefix-cache queries and hits in tokens, at admission."""
         self.counters[self.prefix_queries] += queried
         self.counters[self.prefix_hits] += hit
         dialects.cached(self, hit)
+        if self.told:
+            self.told.prefix_hit(hit)
         self.stats_queries += queried
         self.stats_hits += hit
 
-    def itl(self, values: np.ndarray) -> None:
+    def itl(self, values: np.ndarray, emitted: np.ndarray | int = 1) -> None:
+        """One decode step's interval per sequence; ``emitted``: the tokens each sequence got from it
+        (more than one with speculative decoding), for engines that observe per token."""
         self.hist[self.itl_name].observe(values)
+        if self.told:
+            self.told.itl(values, emitted)
 
     def spec_decode(self, drafts: int, draft_tokens: int, accepted: int) -> None:
         """One step's speculative decoding: drafts proposed, their tokens, the tokens accepted."""
@@ -142,6 +153,8 @@ class Recorder:
 
     def first_token(self, r: int, ttft: float) -> None:
         self.hist["vllm:time_to_first_token_seconds"].observe(ttft)
+        if self.told:
+            self.told.first_token(r, ttft)
 
     def preempted(self, r: int) -> None:
         self.counters["vllm:num_preemptions"] += 1
@@ -169,6 +182,8 @@ class Recorder:
         self.records.append(
             (arrival, queue, prefill, decode, last - arrival, prompt, generated, preemptions, self.version)
         )
+        if self.told:
+            self.told.finished(r, prompt, generated, arrival, scheduled, first, last)
 
     def step(
         self,
@@ -190,6 +205,8 @@ class Recorder:
             )
         self.decode_busy += dur * (n_decode > 0)
         self.state = (len(running), len(waiting), used_blocks / total_blocks)
+        if self.told:
+            self.told.step(start, end, prefill_tokens, prefill_seqs, n_decode)
         self._advance(end)
         dialects.sglang_step(self, end, prefill_tokens, prefill_seqs, n_decode)
 
@@ -218,6 +235,8 @@ class Recorder:
         self.cfg = cfg
         self.pid += 97
         self.up = True
+        if self.told:
+            self.told.reset(now + rel.restart_pause_s)
         self._startup_logs(now + rel.restart_pause_s, rel.version, cfg)
         return now + rel.restart_pause_s
 
@@ -239,8 +258,11 @@ class Recorder:
     def _scrape_vllm(self, t: float) -> None:
         if not self.up:
             return
-        if self.spec.dialect != "vllm":
-            dialects.scrape(self, t)
+        if self.told:
+            self.told.scrape(t)
+        if self.spec.dialect not in dialects.VLLM_SERIES:
+            if not self.told:
+                dialects.scrape(self, t)
             return
         base = {"engine": "0", "model_name": self.spec.model}
         ts = self.spec.start.timestamp() + t
@@ -507,6 +529,9 @@ class Recorder:
     def _oom_traceback(self, t: float) -> None:
         """What a vLLM worker prints when a batch's activations/logits do not fit (PyTorch 2.x wording)."""
         running = self.state[0]
+        if self.told:  # TGI's, Dynamo's, Triton's own lines (perfkit.lab.sim.tellings)
+            self.told.oom(t, _torch_oom(running))
+            return
         if self.spec.dialect != "vllm":  # the engine's own wrapper (dialects.oom_lines) around PyTorch's line
             for i, line in enumerate(dialects.oom_lines(self, t, _torch_oom(running))):
                 self.logs.append((t - 0.1 + i * 1e-4, line))
@@ -527,6 +552,9 @@ class Recorder:
 
     def _startup_logs(self, t: float, version: str, cfg: EngineConfig) -> None:
         spec = self.spec
+        if self.told:
+            self.told.startup(t, version, cfg)
+            return
         if spec.dialect != "vllm":
             dialects.startup_logs(self, t, version, cfg)
             return
