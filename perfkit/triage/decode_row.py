@@ -16,6 +16,7 @@ from perfkit.analyses.roofline import SERVING_RATES, describe, lookup, serving_r
 from perfkit.errors import ConfigError
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
+from perfkit.triage.gaps import cannot
 from perfkit.triage.quantities import value
 from perfkit.triage.row_types import (
     NO_GPU_COUNT,
@@ -37,7 +38,9 @@ def detect_tpot(ev: Evidence) -> Detection:
     p50, p95 = value(ev, "per_token_p50_ratio"), value(ev, "per_token_p95_ratio")
     facts = {"per_token_signal": tok, f"{tok}_p50_ratio": _r(p50), f"{tok}_p95_ratio": _r(p95)}
     if p50 is None:
-        return Detection(False, 0.0, facts, ["TPOT/ITL histogram in both windows"])
+        return Detection(
+            False, 0.0, facts, [cannot(ev, "tpot", "itl") or "TPOT/ITL histogram in both windows"]
+        )
     slower = at_least(p50, "TPOT_MEDIAN_RATIO")
     strength = T.tpot_strength(p50) if slower else 0.0
     return Detection(slower.ok, strength, facts, cuts=cuts_of(slower))

@@ -29,6 +29,7 @@ from perfkit.triage.conditions import (
     whole_prompt_prefills,
 )
 from perfkit.triage.evidence import Evidence
+from perfkit.triage.gaps import cannot
 from perfkit.triage.quantities import value
 from perfkit.triage.row_types import (
     ABSENT,
@@ -78,7 +79,7 @@ def detect_tail(ev: Evidence) -> Detection:
         "long_prompt_threshold_tokens": it.long_threshold_tokens,
     }
     if p95 is None or p50 is None:
-        return Detection(False, 0.0, facts, ["TTFT histogram in both windows"])
+        return Detection(False, 0.0, facts, [cannot(ev, "ttft") or "TTFT histogram in both windows"])
     delta = value(ev, "ttft_p95_delta_s")
     # The tail is worse: TTFT p95 or the per-token p99 up by TAIL_RATIO (and by a time users feel),
     # or decode stalls the baseline did not have (the "output freezes" users report). TTFT p99 is a
@@ -159,7 +160,9 @@ def verify_tail(ev: Evidence) -> Verification:
     if it.correlation is None:
         return Verification(
             "inconclusive",
-            "cannot line up long-prompt arrivals with ITL stalls (histograms missing or too few minutes)",
+            cannot(ev, "itl", "prefill")
+            or cannot(ev, "itl", "prompt_tokens")
+            or "cannot line up long-prompt arrivals with ITL stalls (histograms missing or too few minutes)",
             numbers,
         )
     low, high = value(ev, "corr_band_90")
@@ -252,7 +255,8 @@ def detect_prefill(ev: Evidence) -> Detection:
         facts["prefill_p95_ratio"] = None
         facts["prefill_mean_ratio"], facts["prefill_stand_in"] = _r(prefill), PREFILL_STAND_IN
     if ttft is None or prefill is None:
-        return Detection(False, 0.0, facts, ["TTFT and prefill-time histograms in both windows"])
+        gap = cannot(ev, "ttft") or "TTFT and prefill-time histograms in both windows"
+        return Detection(False, 0.0, facts, [gap])
     over_slo = above(value(ev, "ttft_p95_slo_ratio"), "SLO_BREACH_RATIO") if slo else ABSENT
     ttft_high = any_of(at_least(ttft, "TTFT_RATIO"), over_slo)
     decided = all_of(ttft_high, at_least(prefill, "PREFILL_RATIO"))
@@ -277,7 +281,8 @@ def verify_prefill(ev: Evidence) -> Verification:
         "prefix_cache_hit_frac": {"baseline": _r(hit_b), "incident": _r(hit_i)},
     }
     if share is None or kv is None:
-        return Verification("inconclusive", "prefill share of TTFT or KV-cache usage unknown", numbers)
+        gap = cannot(ev, "kv_cache_usage") if kv is None else None
+        return Verification("inconclusive", gap or "prefill share of TTFT or KV-cache usage unknown", numbers)
     elsewhere = below(share, "PREFILL_SHARE_RULE_OUT")
     if elsewhere:
         return Verification(
@@ -341,7 +346,9 @@ def detect_load(ev: Evidence) -> Detection:
         "ttft_p50_ratio": _r(lat),
     }
     if lat is None:
-        return Detection(False, 0.0, facts, ["TTFT (or E2E latency) in both windows"])
+        return Detection(
+            False, 0.0, facts, [cannot(ev, "ttft", "e2e") or "TTFT (or E2E latency) in both windows"]
+        )
     # The symptom is the whole distribution jumping (the median doubled). Concurrency rises with any
     # such jump (Little's law: requests in flight = rate x latency), and a 20 % traffic rise is an
     # ordinary evening; neither can tell a surge from a slower server: the queue verification does.
@@ -365,7 +372,12 @@ def verify_load(ev: Evidence) -> Verification:
         "queue_p95_s": _r(value(ev, "queue_p95_s")),
     }
     if share is None or waiting is None:
-        return Verification("inconclusive", "queue time or queue length unknown", numbers)
+        gaps = [
+            g
+            for g, lost in ((cannot(ev, "queue"), share is None), (cannot(ev, "waiting"), waiting is None))
+            if g and lost
+        ]
+        return Verification("inconclusive", "; ".join(gaps) or "queue time or queue length unknown", numbers)
     queued = all_of(at_least(share, "QUEUE_SHARE_CONFIRM"), at_least(waiting, "QUEUED_CONFIRM_MIN"))
     if queued:
         why = f"requests wait in the scheduler queue: {share:.0%} of TTFT, {waiting:.0f} waiting on average"

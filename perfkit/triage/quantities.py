@@ -2,12 +2,14 @@
 incident.
 
 A row never computes a ratio or a share itself: it reads ``value(ev, "ttft_p95_ratio")``. Every
-quantity says in words what it is (:attr:`Quantity.text`: the docs' rows table and a runbook's "how
-this was computed" print it) and is read through :func:`value`, which computes it the first time and
-keeps it on the :class:`~perfkit.triage.evidence.Evidence`, so two rows that read the same number
-read the same value. Every ratio against the baseline goes through :func:`perfkit.core.ratios.ratio`:
-one rule for a zero or missing baseline. A row spec (:mod:`perfkit.triage.spec`) lists the quantities
-its row reads; a name that is not here fails at import.
+quantity says in words what it is (:attr:`Quantity.text`: docs/bundle.md's table of quantities is
+generated from it, :mod:`perfkit.report.rows_doc`) and is read through :func:`value`, which computes it
+the first time and keeps it on the :class:`~perfkit.triage.evidence.Evidence`, so two rows that read
+the same number read the same value. Every ratio against the baseline goes through
+:func:`perfkit.core.ratios.ratio`: one rule for a zero or missing baseline. Each row declares the
+quantities it reads (:attr:`perfkit.triage.row_types.Row.reads`); a name that is not here fails the
+import-time check of :mod:`perfkit.triage.rows`, and a quantity a row reads without declaring it fails
+``tests/triage/test_scenario_library.py``.
 """
 
 from __future__ import annotations

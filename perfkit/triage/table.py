@@ -19,6 +19,7 @@ import polars as pl
 from perfkit.core.findings import jsonable
 from perfkit.triage import thresholds as T
 from perfkit.triage.evidence import Evidence
+from perfkit.triage.gaps import CANNOT
 from perfkit.triage.row_types import Cut, Gate
 from perfkit.triage.rows import BY_DIRECTION, EXPLAINS, ROWS, Detection, Row, Verification
 from perfkit.triage.workload_notes import about_rows
@@ -168,6 +169,19 @@ def _margin(r: RowResult) -> dict[str, Any] | None:
     }
 
 
+#: verdicts in rank order: what the verification confirmed, then what it left open, then what it ruled out
+VERDICT_RANK = {"confirmed": 0, "inconclusive": 1, "ruled_out": 2}
+
+
+def _rank_key(r: RowResult) -> tuple[bool, int, float, int]:
+    """A row about the incident's workload outranks one about the other (a serving incident never puts a
+    training row first; a row that fired always applies); a confirmed direction outranks any it was not
+    (the verification checked it; a strong symptom whose verification stayed inconclusive is a
+    suspicion); a direction left open outranks one ruled out, whatever their symptoms' strength (a
+    ruled-out cause is no lead); then by score."""
+    return not r.applies, VERDICT_RANK[r.verification.verdict], -r.score, _order(r.row)
+
+
 def _order(row: Row) -> int:
     return [r.symptom for r in ROWS].index(row.symptom)
 
@@ -240,13 +254,17 @@ def run(ev: Evidence) -> TriageResult:
         det = row.detect(ev)
         about = det.detected or applies(row.direction, kind)
         for m in det.missing if about else ():  # a gap in the other workload's evidence is no gap
-            note = f"{row.symptom}: missing {m}"
+            # what the engine exports under no name is said as such ("cannot check on TGI: ...")
+            note = f"{row.symptom}: {m}" if m.startswith(CANNOT) else f"{row.symptom}: missing {m}"
             if note not in missing:
                 missing.append(note)
         if det.detected:
             ver = settled(row, det, row.verify(ev))
         elif det.missing:
-            ver = Verification("inconclusive", f"cannot check: missing {', '.join(det.missing)}", {})
+            lacks = [m for m in det.missing if m.startswith(CANNOT)]
+            gaps = [m for m in det.missing if not m.startswith(CANNOT)]
+            why = "; ".join([*lacks, *([f"cannot check: missing {', '.join(gaps)}"] if gaps else [])])
+            ver = Verification("inconclusive", why, {})
         else:
             ver = Verification("ruled_out", f"symptom not present: {row.seen_as}", {})
         score = det.strength * T.VERDICT_WEIGHT[ver.verdict] if det.detected else 0.0
@@ -266,9 +284,7 @@ def run(ev: Evidence) -> TriageResult:
             if eff is not None and eff is not cause and eff.score > 0 and eff.explained_by is None:
                 eff.score *= T.EFFECT_DISCOUNT
                 eff.explained_by = cause.row.direction
-    # A confirmed direction outranks any it was not (the verification checked it; a strong symptom
-    # whose verification stayed inconclusive is a suspicion), then by score
-    results.sort(key=lambda r: (r.verification.verdict != "confirmed", -r.score, _order(r.row)))
+    results.sort(key=_rank_key)
     judged = ev.onset.as_dict() if ev.onset else None
     window = ev.onset.window.as_dict() if ev.onset else ev.incident.window.as_dict()
     return TriageResult(

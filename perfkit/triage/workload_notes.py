@@ -20,4 +20,6 @@ def about_rows(note: str, symptoms: set[str], workload: str = "") -> bool:
     """Whether a missing-evidence note is about what does not apply to the workload: one of these
     triage rows' (``"<symptom>: missing ..."``), or the other workload's signals."""
     other = OTHER_WORKLOAD_NOTES.get(workload)
-    return any(note.startswith(f"{s}: missing") for s in symptoms if s) or bool(other and other.match(note))
+    return any(note.startswith((f"{s}: missing", f"{s}: cannot check on ")) for s in symptoms if s) or bool(
+        other and other.match(note)
+    )

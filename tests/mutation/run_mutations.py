@@ -71,10 +71,30 @@ MUTATIONS: list[Mutation] = [
     M(
         "rank-by-score-alone",
         "perfkit/triage/table.py",
-        'results.sort(key=lambda r: (r.verification.verdict != "confirmed", -r.score, _order(r.row)))',
-        "results.sort(key=lambda r: (-r.score, _order(r.row)))",
+        "return not r.applies, VERDICT_RANK[r.verification.verdict], -r.score, _order(r.row)",
+        "return False, 0, -r.score, _order(r.row)",
         ("tests/triage/test_fresh_seed_classes.py::test_a_confirmed_direction_outranks_a_strong_suspicion",),
         "a deploy's strong but unverified shift would read rank 1 above the confirmed cause",
+    ),
+    M(
+        "rank-ignores-the-workload",
+        "perfkit/triage/table.py",
+        "return not r.applies, VERDICT_RANK[r.verification.verdict], -r.score, _order(r.row)",
+        "return False, VERDICT_RANK[r.verification.verdict], -r.score, _order(r.row)",
+        ("tests/triage/test_coherence.py::test_no_two_statements_contradict[healthy-busy-evening]",),
+        "a serving incident with nothing confirmed would read a training row (left open) at rank 1",
+    ),
+    M(
+        "confirmatory-cut-vetoes",
+        "perfkit/triage/thresholds.py",
+        "OUTWEIGH_MARGIN = 0.5\n",
+        "OUTWEIGH_MARGIN = 50.0\n",
+        (
+            "tests/triage/test_leading.py",
+            "tests/triage/test_weighed_gate.py::test_a_confirmatory_cut_within_its_noise_does_not_veto_evidence_far_past_its_cuts",
+        ),
+        "an interference incident whose median sits at its 'as usual' cut would read leading, not confirmed, "
+        "however far its stalls and correlation are past theirs (issue 35, Why 1)",
     ),
     M(
         "queueing-confirmed-on-either-sign",

@@ -4,7 +4,8 @@ Three kinds of contradiction an engineer met in the demo and the drills:
 - a stage the per-stage breakdown says owns the tail, called normal in the confirmed cause's text;
 - evidence the bundle holds (logs, deploy events) reported as missing;
 - rows that cannot apply to the workload (training rows on a server) listed, or their gaps reported;
-- a ranking that puts a direction its verification ruled out above one it left open.
+- a ranking that puts a direction its verification ruled out above one it left open, or a row about the
+  other workload first.
 """
 
 from __future__ import annotations
@@ -75,14 +76,22 @@ def test_no_two_statements_contradict(bundle):
     if _deploys(bundle):
         problems += [f"deploy events in events.csv but: {m}" for m in result.missing if "deploy" in m]
 
-    # the ranking agrees with the verdicts: confirmed directions first, and among the rows that fired
-    # and were not confirmed, none its verification ruled out above one it left open
-    order = [r.verification.verdict for r in result.results if r.detection.detected]
-    if "confirmed" in order and order.index("confirmed") != 0:
-        problems.append(f"rank 1 is {order[0]} while a direction is confirmed")
-    open_ = [v for v in order if v != "confirmed"]
-    if "inconclusive" in open_ and "ruled_out" in open_[: len(open_) - open_[::-1].index("inconclusive")]:
-        problems.append(f"a ruled-out direction ranks above an inconclusive one: {open_}")
+    # the ranking agrees with the verdicts (issue 35): the rows about the incident's workload first (a
+    # serving incident never ranks a training row first), and among them confirmed directions first,
+    # then those left open, then those ruled out
+    applies = [r.applies for r in result.results]
+    if applies != sorted(applies, reverse=True):
+        problems.append(f"a row about the other workload ranks above one about this: {applies}")
+    rank = {"confirmed": 0, "inconclusive": 1, "ruled_out": 2}
+    order = [rank[r.verification.verdict] for r in result.results if r.applies]
+    if order != sorted(order):
+        problems.append(f"verdicts out of rank order: {[r.verification.verdict for r in result.results]}")
+    top = result.top
+    if top is not None and result.workload in ("serving", "training") and top.row.workload not in (
+        result.workload,
+        "any",
+    ):
+        problems.append(f"rank 1 is a {top.row.workload} row on a {result.workload} incident")
 
     # a stage that owns the tail is not "normal" in a confirmed verdict's text
     if b.incident.baseline is not None and result.workload in ("serving", "mixed"):

@@ -70,6 +70,13 @@ def test_every_row_declares_its_figure_action_and_what_its_verdicts_hang_on():
     assert all(cause in {r.direction for r in ROWS} for cause in EXPLAINS)
 
 
+def test_every_quantity_is_read_by_a_row():
+    from perfkit.triage.quantities import QUANTITIES
+
+    unread = [q for q in QUANTITIES if not any(q in r.reads for r in ROWS)]
+    assert unread == [], f"quantities no row declares it reads: {unread}"
+
+
 def test_every_declared_remedy_has_candidates_and_a_target():
     class Engine:  # the simulator's vLLM settings candidates read (perfkit.lab.servesim.config)
         enable_chunked_prefill = False
