@@ -169,7 +169,8 @@ def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict
         qs.pop("tpot")
     firsts = {sig: S.first_bucket(engine, sig, window, queries) for sig in qs}
     rates = {
-        "requests_per_s": S.histogram_rate(engine, "e2e", window, queries),
+        # the E2E histogram's observations; the finished-request counter where there is none (Triton)
+        "requests_per_s": S.request_rate(engine, window, queries),
         "generated_tokens_per_s": S.counter_rate(engine, "generation_tokens_total", window, queries),
         "prompt_tokens_per_s": S.counter_rate(engine, "prompt_tokens_total", window, queries),
         "errors_per_s": _error_rate(engine, window, queries),

@@ -53,6 +53,9 @@ WATCHED: tuple[tuple[str, str, str, float | None, int], ...] = (
     ("ITL p95", "itl", "quantile", 0.95, +1),
     ("TPOT p95", "tpot", "quantile", 0.95, +1),
     ("E2E p95", "e2e", "quantile", 0.95, +1),
+    # only where the engine has no E2E histogram: its mean from cumulative time and count counters
+    # (Triton's microsecond counters, perfkit.engine.dialects.COUNTER_MEANS)
+    ("E2E mean", "e2e", "mean", None, +1),
     ("requests/s", "e2e", "rate", None, 0),
     ("generated tokens/s", "generation_tokens_total", "counter", None, -1),
     # training jobs
@@ -193,8 +196,17 @@ def watched_series(engine, span: Window, step_s: float, queries: list[str]) -> d
     for name, signal, kind, q, _ in WATCHED:
         if kind == "quantile":
             frame = S.quantile_series(engine, signal, q or 0.5, span, step_s, queries)
+        elif kind == "mean":
+            if S.resolve(engine, signal).found:
+                continue  # the histogram's quantiles are watched instead
+            frame = S.mean_series(engine, signal, span, step_s, queries)
         elif kind == "rate":
-            frame = S.rate_series(engine, signal, span, step_s, queries, histogram_count=True)
+            # requests: the E2E histogram's observations, the finished-request counter where there is none
+            frame = (
+                S.request_rate_series(engine, span, step_s, queries)
+                if signal == "e2e"
+                else S.rate_series(engine, signal, span, step_s, queries, histogram_count=True)
+            )
         elif kind == "gauge":
             frame = S.gauge_series(engine, signal, span, step_s, queries, combine="avg")
         else:

@@ -14,6 +14,13 @@ engines' real ``/metrics`` examples recorded in ``tests/data/engines/`` are pars
 
 What a dialect does not export is absent here, and :func:`lacks` says which server flag turns it
 on when one does (SGLang's token-length histograms need ``--collect-tokens-histogram``).
+
+A catalogue name may carry label matchers (``family{label="value"}``): a gauge, counter or histogram
+series of one family narrowed to those labels (Triton's ``nv_trt_llm_request_metrics{request_type=
+"scheduled"}``, TGI's ``tgi_batch_forward_duration{method="prefill"}``). Two readings stand in where an
+engine has no series of the signal's own: a mean from cumulative time and count counters
+(:attr:`Dialect.means`, Triton's microsecond counters) and a gauge that is the ratio of two of the
+engine's gauges (:attr:`Dialect.ratios`, TGI's KV tokens allocated over the most the KV cache holds).
 """
 
 from __future__ import annotations
@@ -38,20 +45,25 @@ class Dialect:
     flags: dict[str, str] = field(default_factory=dict)
     #: info metrics whose labels carry the engine's settings
     info: tuple[str, ...] = ()
+    #: histogram signal → (time counter, count counter, seconds per unit): a mean the engine gives only
+    #: as cumulative counters (Triton's, in microseconds); the mean over a window is Δtime / Δcount x unit
+    means: dict[str, tuple[str, str, float]] = field(default_factory=dict)
+    #: gauge signal → (numerator gauge, denominator gauge): a gauge the engine gives only as the ratio
+    #: of two of its gauges, each the whole family (read where no engine has a gauge of the signal)
+    ratios: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def families(self) -> frozenset[str]:
         """Every sample name of this dialect in the catalogue (histograms with their suffixes)."""
-        names = {f"{b}{s}" for bases in self.histograms.values() for b in bases for s in _SUFFIXES}
+        names = {f"{family(b)}{s}" for bases in self.histograms.values() for b in bases for s in _SUFFIXES}
         names |= {family(n) for group in (self.gauges, self.counters) for ns in group.values() for n in ns}
-        names |= {
-            n for means in COUNTER_MEANS.values() for t, c, _ in means for n in (t, c) if self is TRITON
-        }
+        names |= {n for t, c, _ in self.means.values() for n in (t, c)}
+        names |= {n for pair in self.ratios.values() for n in pair}
         return frozenset(names | set(self.info))
 
     def recognise(self) -> tuple[str, ...]:
         """Sample names whose presence says this engine served: its TTFT or E2E histogram's
         ``_count``, its running gauge, its success counter (whichever it has)."""
-        out = [f"{b}_count" for sig in ("ttft", "e2e") for b in self.histograms.get(sig, ())]
+        out = [f"{family(b)}_count" for sig in ("ttft", "e2e") for b in self.histograms.get(sig, ())]
         out += [family(n) for sig in ("running",) for n in self.gauges.get(sig, ())]
         out += [family(n) for sig in ("request_success",) for n in self.counters.get(sig, ())]
         return tuple(out)
@@ -187,68 +199,143 @@ TRTLLM = Dialect(
 DYNAMO = Dialect(
     "dynamo",
     "NVIDIA Dynamo (frontend)",
-    "ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs and docs/observability/metrics.md",
+    "ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs (0014908a; the fe.log version, ce30a764) and "
+    "docs/observability/metrics.md; the workers' kvstats gauges as docs/observability/metrics_examples/vllm.log shows them",
     histograms={
         "ttft": ("dynamo_frontend_time_to_first_token_seconds",),
         "itl": ("dynamo_frontend_inter_token_latency_seconds",),
         "e2e": ("dynamo_frontend_request_duration_seconds",),
+        # per request, observed with its first token (input) and when it ends (output)
         "prompt_tokens": ("dynamo_frontend_input_sequence_tokens",),
         "generation_tokens": ("dynamo_frontend_output_sequence_tokens",),
     },
     gauges={
-        "running": ("dynamo_frontend_inflight_requests",),
-        "waiting": ("dynamo_frontend_queued_requests",),
+        # metrics.rs: "Inflight tracks requests from HTTP handler start until complete response is
+        # finished. HTTP queue tracks requests from HTTP handler start until first token generation
+        # begins (including prefill time)". Neither is a queue length nor a running batch: the first
+        # counts waiting and running requests together, the second waiting and prefilling ones
+        "inflight": ("dynamo_frontend_inflight_requests",),
+        "awaiting_first_token": ("dynamo_frontend_queued_requests",),
+        # the worker's system port (vLLM and TensorRT-LLM workers publish it): a fraction 0-1 despite
+        # the name ("GPU cache usage as a percentage (0.0-1.0)", docs/observability/metrics.md)
+        "kv_cache_usage": ("dynamo_component_kvstats_gpu_cache_usage_percent",),
     },
-    counters={"request_success": ("dynamo_frontend_requests_total",)},
-    flags={"kv_cache_usage": "the Dynamo frontend exports no KV usage: scrape the workers' engine metrics"},
+    counters={
+        "request_success": ("dynamo_frontend_requests_total",),  # every finished request, errors too
+        "request_failure": ('dynamo_frontend_requests_total{status="error"}',),
+        # "Total number of output tokens generated (updates in real-time)": counted as they stream
+        "generation_tokens_total": ("dynamo_frontend_output_tokens_total",),
+    },
+    flags={
+        "kv_cache_usage": "the Dynamo frontend exports no KV usage: scrape the workers' system port "
+        "(dynamo_component_kvstats_gpu_cache_usage_percent) or their engine metrics",
+        "running": "the Dynamo frontend exports no running count (dynamo_frontend_inflight_requests counts "
+        "waiting and running requests together): scrape the workers' engine metrics",
+        "waiting": "the Dynamo frontend exports no queue length (dynamo_frontend_queued_requests counts "
+        "requests until their first token, prefill included): scrape the workers' engine metrics",
+        "queue": "the Dynamo frontend exports no queue-time histogram",
+    },
 )
 
 TGI = Dialect(
     "tgi",
     "Hugging Face TGI",
-    "huggingface/text-generation-inference docs/source/reference/metrics.md (router/src, 3.x)",
+    "huggingface/text-generation-inference docs/source/reference/metrics.md, router/src/server.rs and "
+    "backends/v3/src/{backend,queue,lib}.rs (db931fcf, 3.3.6-dev0)",
     histograms={
-        "e2e": ("tgi_request_duration",),
+        "e2e": ("tgi_request_duration",),  # validation + queue + inference
         "queue": ("tgi_request_queue_duration",),
         "inference": ("tgi_request_inference_duration",),
+        # TGI's per-token time is NOT decode-only: server.rs records inference time (prefill included)
+        # / generated tokens, so a long prefill raises it as much as slower decode steps do. Kept as
+        # TGI's per-request TPOT, the only per-token signal TGI has; a row that reads it names this
         "tpot": ("tgi_request_mean_time_per_token_duration",),
         "prompt_tokens": ("tgi_request_input_length",),
         "generation_tokens": ("tgi_request_generated_tokens",),
+        # one engine step's forward pass, by the kind of call (backend.rs): a prefill call computes the
+        # new requests' prompts (with the running batch carried along), a decode call one token each
+        "prefill_forward": ('tgi_batch_forward_duration{method="prefill"}',),
+        "decode_forward": ('tgi_batch_forward_duration{method="decode"}',),
     },
     gauges={"running": ("tgi_batch_current_size",), "waiting": ("tgi_queue_size",)},
-    counters={"request_success": ("tgi_request_success",)},
-    flags={"ttft": "TGI exports no time-to-first-token histogram"},
+    counters={
+        "request_success": ("tgi_request_success",),
+        "request_arrivals": ("tgi_request_count",),  # every request the router received (server.rs)
+        # err: validation, generation, overloaded, incomplete, dropped, template
+        "request_failure": ("tgi_request_failure",),
+    },
+    # KV usage: tgi_batch_current_max_tokens is the running batch's num_blocks x BLOCK_SIZE (the
+    # server's flash_causal_lm.py CachedBatch.max_tokens): the KV blocks its requests were allocated,
+    # each for its prompt and max_new_tokens at admission (backends/v3/src/queue.rs). And
+    # tgi_batch_max_total_tokens is what warmup found the KV cache holds (num_blocks x BLOCK_SIZE,
+    # backends/v3/src/lib.rs). Their ratio is the share of the KV cache's blocks allocated, what
+    # vLLM's kv_cache_usage_perc measures, except that TGI allocates a request's blocks up front (it
+    # reaches 1 while vLLM's would still grow) and counts a prefix block two requests share twice
+    ratios={"kv_cache_usage": ("tgi_batch_current_max_tokens", "tgi_batch_max_total_tokens")},
+    flags={
+        "ttft": "TGI exports no time-to-first-token histogram",
+        "itl": "TGI exports no inter-token histogram (its mean time per token per request includes prefill)",
+    },
 )
 
 TRITON = Dialect(
     "triton",
     "Triton (TensorRT-LLM backend)",
+    "NVIDIA/TensorRT-LLM triton_backend/inflight_batcher_llm/src/custom_metrics_reporter/"
+    "custom_metrics_reporter.cc (0d5352f5) and model_instance_state.cc (0c8de69a); "
     'triton-inference-server/tensorrtllm_backend README "Triton Metrics" (0b9d7d5a) and '
     "triton-inference-server/server docs/user_guide/metrics.md",
-    gauges={
-        # one family, the request state in a label (a ``{k="v"}`` name selects that series)
-        "running": ('nv_trt_llm_request_metrics{request_type="active"}',),
-        "waiting": ('nv_trt_llm_request_metrics{request_type="waiting"}',),
+    histograms={
+        # per request when it ends (reportCustomMetrics), buckets 10, 50, 100, 500, 1000
+        "prompt_tokens": ("nv_llm_input_token_len",),
+        "generation_tokens": ("nv_llm_output_token_len",),
     },
-    counters={"request_success": ("nv_inference_request_success",)},
+    gauges={
+        # one family, the request state in a label (a ``{k="v"}`` name selects that series), from the
+        # executor's iteration stats (model_instance_state.cc WaitForStats): "active" is every request
+        # the executor holds (numActiveRequests), "scheduled" the ones in this iteration's batch
+        # (numScheduledRequests), "waiting" active less scheduled
+        "running": ('nv_trt_llm_request_metrics{request_type="scheduled"}',),
+        "waiting": ('nv_trt_llm_request_metrics{request_type="waiting"}',),
+        "inflight": ('nv_trt_llm_request_metrics{request_type="active"}',),
+        # used / max KV blocks of the executor's kvCacheStats
+        "kv_cache_usage": ('nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}',),
+    },
+    counters={
+        "request_success": ("nv_inference_request_success",),
+        "request_failure": ("nv_inference_request_failure",),
+    },
+    # Triton's cumulative microsecond counters over the successes (reportBaseMetrics). The backend takes
+    # a request from Triton's scheduler at once, so nv_inference_queue_duration_us is Triton's own
+    # queue (microseconds), not the executor's, whose waiting is inside compute_infer: read as
+    # "server_queue", never as the engine's queue time
+    means={
+        "e2e": ("nv_inference_request_duration_us", "nv_inference_request_success", 1e-6),
+        "server_queue": ("nv_inference_queue_duration_us", "nv_inference_request_success", 1e-6),
+    },
     flags={
         "ttft": "Triton's TensorRT-LLM backend exports no TTFT histogram "
         "(nv_inference_first_response_histogram_ms is for decoupled models with histogram latencies on)",
         "itl": "Triton exports no inter-token histogram",
-        "kv_cache_usage": "Triton's nv_trt_llm_kv_cache_block_metrics gives used and max blocks, not read as a usage",
+        "queue": "Triton's TensorRT-LLM backend exports no queue time of the executor "
+        "(nv_inference_queue_duration_us is Triton's own scheduler queue, which the backend leaves at once)",
     },
 )
-
-#: mean latencies an engine gives only as cumulative counters (Triton's, in microseconds): signal →
-#: (time counter, count counter, seconds per unit). The mean over a window is Δtime / Δcount x unit.
-COUNTER_MEANS: dict[str, tuple[tuple[str, str, float], ...]] = {
-    "queue": (("nv_inference_queue_duration_us", "nv_inference_request_success", 1e-6),),
-    "e2e": (("nv_inference_request_duration_us", "nv_inference_request_success", 1e-6),),
-}
 
 #: the engines, in the order a signal is looked for
 DIALECTS: tuple[Dialect, ...] = (VLLM, SGLANG, TRTLLM, DYNAMO, TGI, TRITON)
 BY_NAME = {d.name: d for d in DIALECTS}
+
+#: mean latencies an engine gives only as cumulative counters (:attr:`Dialect.means`): signal →
+#: (time counter, count counter, seconds per unit), engine by engine
+COUNTER_MEANS: dict[str, tuple[tuple[str, str, float], ...]] = {
+    s: tuple(d.means[s] for d in DIALECTS if s in d.means) for d in DIALECTS for s in d.means
+}
+#: gauges an engine gives only as the ratio of two of its gauges (:attr:`Dialect.ratios`): signal →
+#: (numerator, denominator), engine by engine
+GAUGE_RATIOS: dict[str, tuple[tuple[str, str], ...]] = {
+    s: tuple(d.ratios[s] for d in DIALECTS if s in d.ratios) for d in DIALECTS for s in d.ratios
+}
 
 
 def names(kind: str, signal: str) -> tuple[str, ...]:

@@ -198,7 +198,7 @@ class ScopedEngine:
             from perfkit.engine.dialects import family
 
             names = [family(n) for names in (*GAUGES.values(), *COUNTERS.values()) for n in names]
-            names += [f"{base}_count" for bases in HISTOGRAMS.values() for base in bases]
+            names += [f"{family(base)}_count" for bases in HISTOGRAMS.values() for base in bases]
             for name in names:
                 if family_rule(name, self.scope.labels, self.scope) != "match" or not self.inner.has(name):
                     continue

@@ -22,6 +22,9 @@ import polars as pl
 
 from perfkit.core.frames import Window
 from perfkit.engine import dialects, ops
+from perfkit.engine.buckets import FirstBucket as FirstBucket  # re-exported: signals.FirstBucket
+from perfkit.engine.buckets import buckets_quantile as buckets_quantile  # re-exported
+from perfkit.engine.buckets import by_le
 from perfkit.engine.promql import to_promql
 from perfkit.errors import QueryError
 
@@ -38,10 +41,16 @@ _SERVING_HISTOGRAMS = (
     "inference",
     "prompt_tokens",
     "generation_tokens",
+    "prefill_forward",
+    "decode_forward",
+    "server_queue",  # a serving frontend's own queue before the engine (Triton's, only as counters)
 )
 HISTOGRAMS: dict[str, tuple[str, ...]] = {s: dialects.names("histograms", s) for s in _SERVING_HISTOGRAMS}
 GAUGES: dict[str, tuple[str, ...]] = {
-    **{s: dialects.names("gauges", s) for s in ("running", "waiting", "kv_cache_usage")},
+    **{
+        s: dialects.names("gauges", s)
+        for s in ("running", "waiting", "kv_cache_usage", "inflight", "awaiting_first_token")
+    },
     "gpu_util": ("DCGM_FI_DEV_GPU_UTIL",),
     "fb_used": ("DCGM_FI_DEV_FB_USED",),
     "fb_free": ("DCGM_FI_DEV_FB_FREE",),
@@ -69,6 +78,8 @@ _SERVING_COUNTERS = (
     "generation_tokens_total",
     "request_success",
     "request_aborted",
+    "request_failure",
+    "request_arrivals",
     "preemptions",
     "prefix_cache_queries",
     "prefix_cache_hits",
@@ -111,11 +122,28 @@ class Resolved:
     legacy: bool = False  # an older name of its engine answered
     engine: str | None = None  # the dialect whose name answered (perfkit.engine.dialects)
     matchers: dict[str, str] = field(default_factory=dict)  # the series of ``metric`` that answer
+    #: the gauge ``metric`` is divided by, where the engine gives the signal only as a ratio of two of
+    #: its gauges (:data:`perfkit.engine.dialects.GAUGE_RATIOS`, TGI's KV usage)
+    divisor: str | None = None
 
     def selector(self) -> ops.Selector:
         """The gauge's or counter's selector: its family, narrowed to the catalogue's matchers."""
         assert self.metric is not None
         sel = ops.Selector(self.metric)
+        return sel.where(**self.matchers) if self.matchers else sel
+
+    def series(self) -> ops.Expr:
+        """A gauge signal's series: :meth:`selector`, or the numerator over the divisor (label sets
+        matched one to one) where the signal is a ratio of two gauges."""
+        if self.divisor is None:
+            return self.selector()
+        return ops.ratio(self.selector(), ops.Selector(self.divisor))
+
+    def histogram(self, suffix: str) -> ops.Selector:
+        """A histogram signal's ``_bucket``/``_sum``/``_count`` selector, narrowed to the catalogue's
+        matchers (TGI's ``tgi_batch_forward_duration{method="prefill"}``)."""
+        assert self.metric is not None
+        sel = ops.Selector(f"{self.metric}{suffix}")
         return sel.where(**self.matchers) if self.matchers else sel
 
     @property
@@ -134,10 +162,11 @@ def _answered(signal: str, name: str) -> Resolved:
 
 def resolve(engine: Engine, signal: str) -> Resolved:
     """Which metric name answers ``signal`` on this engine: the first engine dialect that has it
-    (vLLM, SGLang, TensorRT-LLM, Dynamo, TGI), its current name before the older ones."""
+    (vLLM, SGLang, TensorRT-LLM, Dynamo, TGI, Triton), its current name before the older ones; for a
+    gauge no engine exports as such, the first engine whose two gauges give it as a ratio."""
     if signal in HISTOGRAMS:
         for base in HISTOGRAMS[signal]:
-            if engine.has(f"{base}_bucket"):
+            if engine.has(f"{dialects.family(base)}_bucket"):
                 return _answered(signal, base)
         return Resolved(signal, None)
     names = GAUGES.get(signal) or COUNTERS.get(signal)
@@ -146,6 +175,12 @@ def resolve(engine: Engine, signal: str) -> Resolved:
     for name in names:
         if engine.has(dialects.family(name)):
             return _answered(signal, name)
+    if signal in GAUGES:
+        for num, den in dialects.GAUGE_RATIOS.get(signal, ()):
+            if engine.has(num) and engine.has(den):
+                res = _answered(signal, num)
+                res.divisor = den
+                return res
     return Resolved(signal, None)
 
 
@@ -221,7 +256,7 @@ def window_quantiles(
     res = resolve(engine, signal)
     if res.metric is None:
         return dict.fromkeys(qs)
-    inc = ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_bucket"), window.seconds), "le")
+    inc = ops.sum_by(ops.increase(res.histogram("_bucket"), window.seconds), "le")
     out: dict[float, float | None] = {}
     for q in qs:
         expr = ops.histogram_quantile(q, inc)
@@ -229,21 +264,6 @@ def window_quantiles(
             queries.append(to_promql(expr))
         out[q] = _scalar(engine.instant(expr, window.end))
     return out
-
-
-@dataclass(frozen=True)
-class FirstBucket:
-    """A histogram's first bucket over a window: its upper bound and the share of the window's
-    observations in it. ``histogram_quantile`` interpolates inside that bucket from 0, so a quantile
-    that falls there says only "at most ``bound``": vLLM's queue, prefill, decode and E2E buckets start
-    at 0.3 s, and a healthy server's queue p50 of 2 ms reads as 150 ms."""
-
-    bound: float
-    share: float
-
-    def holds(self, q: float) -> bool:
-        """Whether the ``q`` quantile falls in this bucket (its rank ``q x count`` is within it)."""
-        return self.share >= q
 
 
 def window_buckets(
@@ -254,7 +274,7 @@ def window_buckets(
     res = resolve(engine, signal)
     if res.metric is None:
         return None
-    expr = ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_bucket"), window.seconds), "le")
+    expr = ops.sum_by(ops.increase(res.histogram("_bucket"), window.seconds), "le")
     if queries is not None:
         queries.append(to_promql(expr))
     frame = engine.instant(expr, window.end)
@@ -285,20 +305,6 @@ def spans_quantile(engine: Engine, signal: str, q: float, windows: list[Window])
     (:func:`window_buckets`) summed, then read as ``histogram_quantile`` reads one window's. None when
     the engine has no histogram for ``signal`` or the windows hold no observation."""
     return buckets_quantile(spans_buckets(engine, signal, windows), q)
-
-
-def buckets_quantile(buckets: dict[float, float], q: float) -> float | None:
-    """``histogram_quantile(q, ...)`` of one set of bucket counts (upper edge → cumulative count);
-    None without a ``+Inf`` bucket or an observation."""
-    import numpy as np
-
-    from perfkit.engine.local import bucket_quantile
-
-    if len(buckets) < 2 or not math.isinf(max(buckets)):
-        return None
-    upper = np.array(sorted(buckets))
-    value = float(bucket_quantile(q, upper, np.array([[buckets[e] for e in upper]]))[0])
-    return value if math.isfinite(value) else None
 
 
 def first_bucket(
@@ -346,8 +352,8 @@ def window_mean(
         value = _instant(engine, expr, window, queries)
         return None if value is None else value * unit
     expr = ops.ratio(
-        ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_sum"), window.seconds)),
-        ops.sum_by(ops.increase(ops.Selector(f"{res.metric}_count"), window.seconds)),
+        ops.sum_by(ops.increase(res.histogram("_sum"), window.seconds)),
+        ops.sum_by(ops.increase(res.histogram("_count"), window.seconds)),
     )
     return _instant(engine, expr, window, queries)
 
@@ -359,17 +365,18 @@ def window_count(
     res = resolve(engine, signal)
     if res.metric is None:
         return None
-    sel = (
-        ops.Selector(f"{res.metric}_count")
-        if le is None
-        else ops.Selector(f"{res.metric}_bucket").where(le=_le(le))
+    if le is None:
+        return _instant(
+            engine, ops.sum_by(ops.increase(res.histogram("_count"), window.seconds)), window, queries
+        )
+    expr, frame = by_le(
+        le,
+        lambda text: ops.sum_by(ops.increase(res.histogram("_bucket").where(le=text), window.seconds)),
+        lambda e: engine.instant(e, window.end),
     )
-    expr = ops.sum_by(ops.increase(sel, window.seconds))
-    return _instant(engine, expr, window, queries)
-
-
-def _le(bound: float) -> str:
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
+    if queries is not None:
+        queries.append(to_promql(expr))
+    return _scalar(frame)
 
 
 def counter_rate(
@@ -391,8 +398,26 @@ def histogram_rate(
     res = resolve(engine, signal)
     if res.metric is None:
         return None
-    expr = ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_count"), window.seconds))
+    expr = ops.sum_by(ops.rate(res.histogram("_count"), window.seconds))
     return _instant(engine, expr, window, queries)
+
+
+def request_rate(engine: Engine, window: Window, queries: list[str] | None = None) -> float | None:
+    """Finished requests per second: the observations of the engine's E2E histogram, or where it has
+    none (Triton's TensorRT-LLM backend), the rate of its finished-request counter (``request_success``)."""
+    if resolve(engine, "e2e").found:
+        return histogram_rate(engine, "e2e", window, queries)
+    return counter_rate(engine, "request_success", window, queries)
+
+
+def request_rate_series(
+    engine: Engine, window: Window, step_s: float, queries: list[str] | None = None
+) -> pl.DataFrame:
+    """:func:`request_rate` at every step: ``sum(rate(<e2e>_count[rw]))``, or the finished-request
+    counter's rate where the engine has no E2E histogram."""
+    if resolve(engine, "e2e").found:
+        return rate_series(engine, "e2e", window, step_s, queries, histogram_count=True)
+    return rate_series(engine, "request_success", window, step_s, queries)
 
 
 def gauge_stat(
@@ -420,7 +445,8 @@ def gauge_stat(
     if res.metric is None:
         return None
     sel = res.selector()
-    if combine not in ("sum", "count") or not _replaced(engine, sel, window):
+    # a ratio of two gauges has no *_over_time of its own: it is taken step by step, as below
+    if res.divisor is None and (combine not in ("sum", "count") or not _replaced(engine, sel, window)):
         inner = ops.aggregate(combine, ops.over_time(stat, sel, window.seconds))
         value = _instant(engine, inner, window, queries)
         if value is not None:
@@ -428,7 +454,8 @@ def gauge_stat(
         # None: no sample in the window, or a NaN sample among them (an exporter's garbage makes
         # avg/max_over_time NaN, in Prometheus too): judge the steps whose values are finite
     step = choose_step(window, points=SUM_STEPS)
-    expr = ops.aggregate(combine, sel)  # at each step: the series alive then (staleness drops the old one)
+    # at each step: the series alive then (staleness drops the old one)
+    expr = ops.aggregate(combine, res.series())
     frame = _range(engine, expr, window, step, queries)
     values = [float(v) for v in frame["value"].to_list() if v is not None and math.isfinite(v)]
     if not values:
@@ -451,7 +478,7 @@ def quantile_series(
     if res.metric is None:
         return no_series()
     expr = ops.histogram_quantile(
-        q, ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_bucket"), rate_window(step_s)), "le", *by)
+        q, ops.sum_by(ops.rate(res.histogram("_bucket"), rate_window(step_s)), "le", *by)
     )
     return _range(engine, expr, window, step_s, queries)
 
@@ -472,16 +499,22 @@ def rate_series(
     res = resolve(engine, signal)
     if res.metric is None:
         return no_series()
-    if histogram_count:
-        sel = (
-            ops.Selector(f"{res.metric}_count")
-            if le is None
-            else ops.Selector(f"{res.metric}_bucket").where(le=_le(le))
-        )
-    else:
-        sel = res.selector()
+    sel = (
+        (res.histogram("_count") if le is None else res.histogram("_bucket"))
+        if histogram_count
+        else res.selector()
+    )
     if matchers:
         sel = sel.where(**matchers)
+    if histogram_count and le is not None:
+        expr, frame = by_le(
+            le,
+            lambda text: ops.sum_by(ops.rate(sel.where(le=text), rate_window(step_s)), *by),
+            lambda e: engine.range(e, window.start, window.end, step_s),
+        )
+        if queries is not None:
+            queries.append(to_promql(expr))
+        return frame
     expr = ops.sum_by(ops.rate(sel, rate_window(step_s)), *by)
     return _range(engine, expr, window, step_s, queries)
 
@@ -503,8 +536,7 @@ def mean_series(
         )
         return _range(engine, expr, window, step_s, queries).with_columns(pl.col("value") * unit)
     expr = ops.ratio(
-        ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_sum"), rw)),
-        ops.sum_by(ops.rate(ops.Selector(f"{res.metric}_count"), rw)),
+        ops.sum_by(ops.rate(res.histogram("_sum"), rw)), ops.sum_by(ops.rate(res.histogram("_count"), rw))
     )
     return _range(engine, expr, window, step_s, queries)
 
@@ -522,7 +554,7 @@ def gauge_series(
     res = resolve(engine, signal)
     if res.metric is None:
         return no_series()
-    expr = ops.aggregate(combine, res.selector(), *by)
+    expr = ops.aggregate(combine, res.series(), *by)
     return _range(engine, expr, window, step_s, queries)
 
 
@@ -530,13 +562,14 @@ def catalogue_families() -> frozenset[str]:
     """Every sample name the signal catalogue reads (histograms with their ``_bucket``/``_sum``/
     ``_count``, gauges, counters): what triage needs of a bundle, with :func:`is_triage_family`."""
     names = {
-        f"{b}{suffix}"
+        f"{dialects.family(b)}{suffix}"
         for bases in HISTOGRAMS.values()
         for b in bases
         for suffix in ("_bucket", "_sum", "_count")
     }
     names |= {dialects.family(n) for group in (GAUGES, COUNTERS) for names_ in group.values() for n in names_}
     names |= {n for means in dialects.COUNTER_MEANS.values() for t, c, _ in means for n in (t, c)}
+    names |= {n for pairs in dialects.GAUGE_RATIOS.values() for pair in pairs for n in pair}
     return frozenset(names)
 
 

@@ -34,6 +34,25 @@ launch line (kind           a launcher's or orchestrator's echo of the command t
                             list): the flags it sets (``--no-enable-…`` is False; ``_`` spellings too).
 ==========================  ==================================================================
 
+Other engines say some of the same settings in lines of their own (each read wherever the log record's
+``message`` starts with it, so behind a tracing-subscriber target too, :mod:`perfkit.sources.engine_lines`):
+
+==========================  ==================================================================
+Dynamo's vLLM worker        vLLM's engine-config line through Dynamo's handler (``INFO core.__init__:
+                            Initializing a V1 LLM engine ...``), and ``Scheduler config values:
+                            {'max_num_seqs': 256, 'max_num_batched_tokens': 2048}`` (the values in force,
+                            ``get_engine_cache_info`` of ai-dynamo/dynamo ``components/src/dynamo/vllm/
+                            main.py``; ``docs/observability/logging.md`` shows the line)
+TGI                         the shard's ``Using prefix caching = True`` (``server/text_generation_server/
+                            models/globals.py``, forwarded by the launcher); chunked prefill
+                            (``PREFILL_CHUNKING``) is logged nowhere
+Triton (TensorRT-LLM)       the backend's parameter warnings (``model_instance_state.cc``):
+                            ``enable_chunked_context is set to true, will use context chunking ...`` (on),
+                            ``enable_chunked_context is not specified, will be set to false.`` (off; an
+                            explicit false logs nothing), ``enable_kv_cache_reuse is not specified, will
+                            be set to true`` (prefix caching on; ``... to false`` in older backends)
+==========================  ==================================================================
+
 Only the last start of the server counts: the records are ordered by time (file order among equal
 times); the last line of the five kinds above is the anchor, and the lines of its file from the
 last start marker at or before it (a launch line, ``vLLM API server version …``, the non-default args
@@ -102,6 +121,16 @@ _NON_DEFAULT = "non-default args: {"
 _NAMESPACE = "args: Namespace("
 _NOTICE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d{1,10})\.")
 _STARTED = "vLLM API server version "
+_DYNAMO_SCHEDULER = "Scheduler config values: {"  # Dynamo's vLLM worker (get_engine_cache_info)
+_TGI_PREFIX = re.compile(r"Using prefix caching = (True|False)\b")  # TGI's shard (models/globals.py)
+#: Triton's TensorRT-LLM backend (model_instance_state.cc): the line's start → the settings it says
+_TRITON_LINES = {
+    "enable_chunked_context is set to true, will use context chunking": {"chunked_prefill": True},
+    "enable_chunked_context is not specified, will be set to false.": {"chunked_prefill": False},
+    "enable_kv_cache_reuse is not specified, will be set to true": {"prefix_caching": True},
+    # an earlier backend, whose default was off, says so
+    "enable_kv_cache_reuse is not specified, will be set to false": {"prefix_caching": False},
+}
 _LITERALS = [
     "with config: ",
     _NON_DEFAULT,
@@ -109,6 +138,9 @@ _LITERALS = [
     "Chunked prefill is enabled with",
     _STARTED,
     SGLANG_ARGS,
+    _DYNAMO_SCHEDULER,
+    "Using prefix caching = ",
+    *_TRITON_LINES,
 ]
 #: SGLang's ``ServerArgs`` fields (sglang/srt/server_args.py) → key; ``chunked_prefill_size`` is read apart
 _SGLANG_ALIASES = {"max_running_requests": "max_num_seqs", "mem_fraction_static": "gpu_memory_utilization"}
@@ -275,6 +307,13 @@ def _settings(message: str, kind: str = "vllm") -> dict[str, bool | int | float]
         return {"chunked_prefill": True, **({"max_num_batched_tokens": tokens} if tokens else {})}
     if message.startswith(_NON_DEFAULT):
         return _parse_items(message, len(_NON_DEFAULT), nested=True)
+    if message.startswith(_DYNAMO_SCHEDULER):
+        return _parse_items(message, len(_DYNAMO_SCHEDULER), nested=True)
+    if (tgi := _TGI_PREFIX.match(message)) is not None:
+        return {"prefix_caching": tgi[1] == "True"}
+    for start, said in _TRITON_LINES.items():
+        if message.startswith(start):
+            return dict(said)
     if message.startswith(_NAMESPACE):
         return _parse_items(message, len(_NAMESPACE), nested=True)
     m = _ENGINE_CONFIG.match(message)

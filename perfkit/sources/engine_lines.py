@@ -16,6 +16,28 @@ one with its running and waiting counts and KV usage (no throughput: SGLang stat
 **trtllm-serve's command line**: a launcher's echo of ``trtllm-serve serve MODEL --max_batch_size 64
 --max_num_tokens 8192 --kv_cache_free_gpu_memory_fraction 0.9 --enable_chunked_prefill`` (flag names:
 NVIDIA/TensorRT-LLM ``tensorrt_llm/commands/serve.py``), read by :mod:`perfkit.sources.engine_config`.
+
+**Rust's tracing-subscriber lines** (kind ``tracing``): Hugging Face TGI's launcher and router and NVIDIA
+Dynamo's frontend log through ``tracing_subscriber::fmt`` (TGI ``launcher/src/main.rs`` ``.compact()``,
+``router/src/logging.rs`` with file and line; Dynamo ``lib/runtime/src/logging.rs``), and Dynamo's Python
+workers hand their records (vLLM's, SGLang's, their own) to the same formatter with ``module.funcName`` as
+the target (``docs/observability/logging.md``). The line is an RFC 3339 UTC stamp, the level padded to
+five characters, the spans and the target each closed by ``": "``, then the message::
+
+    2025-09-02T15:50:01.770358Z  INFO main.get_engine_cache_info: Scheduler config values: {'max_num_seqs': 256, 'max_num_batched_tokens': 2048}
+    2024-05-22T19:31:48.302239Z  INFO text_generation_router: router/src/main.rs:378: Connected
+    2024-09-02T23:29:59.823812Z ERROR text_generation_launcher: Shard 0 failed to start
+    2024-02-14T06:49:24.783316Z  INFO download: text_generation_launcher: Starting download process.
+
+The message is what follows the target (and the router's ``file:line``), so a vLLM line through Dynamo's
+handler (``INFO core.__init__: Initializing a V1 LLM engine (v0.10.1) with config: ...``) reads as vLLM's
+own message does. Dynamo's JSONL format (``DYN_LOGGING_JSONL``) is a JSON line (kind ``json``).
+
+**TensorRT-LLM's C++ logger** (kind ``trtllm``): ``[TensorRT-LLM][WARNING] message`` (``[TensorRT-LLM][INFO]
+[RANK 0]`` with a rank; NVIDIA/TensorRT-LLM ``cpp/include/tensorrt_llm/common/logger.h``), no time of its
+own: placed by its stamped neighbours (Triton's glog lines, :mod:`perfkit.sources.log_times`). Triton's
+TensorRT-LLM backend says its settings in such lines (``model_instance_state.cc``), read by
+:mod:`perfkit.sources.engine_config`.
 """
 
 from __future__ import annotations
@@ -95,3 +117,51 @@ def prefill_batches(records: pl.DataFrame | None) -> pl.DataFrame:
 def is_trtllm_launch(text: str) -> bool:
     """A command line that starts ``trtllm-serve`` and sets one of the settings perfkit reads."""
     return "trtllm-serve" in text and "[--" not in text and _TRTLLM_FLAG.search(text, 0, 65536) is not None
+
+
+# -- tracing-subscriber (TGI, Dynamo) -------------------------------------------------------------------
+# "<RFC 3339 stamp> <level padded to 5> <spans and target, each closed by ': '><message>"
+# (tracing-subscriber's fmt: " INFO", " WARN", "ERROR", "DEBUG", "TRACE"; one space after the stamp),
+# behind srun --label's "0: " where a Slurm job ran it (Dynamo's multinode docs)
+TRACING = re.compile(
+    r"(?:\d{1,6}: )?(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) {1,2}"
+    r"(?P<level>TRACE|DEBUG|INFO|WARN|ERROR) (?P<rest>.*)"
+)
+# a span (with its fields), a target (Rust module path, Python module.funcName, TGI's "shard-manager")
+# or the router's "file.rs:378", closed by ": ". Only the first part is taken as a target whatever it
+# looks like; the parts after it only when they look like one (a path, a dotted name, an identifier
+# with "_", "-" or "::"), so a message that starts "Cache config values: ..." keeps its words
+_TRACING_PART = re.compile(r"[A-Za-z_][\w.:/-]{0,255}(?:\{[^{}]{0,512}\})?: ")
+_TARGET_LIKE = re.compile(
+    r"[\w-]{0,255}[._:/-][\w.:/-]{0,255}(?:\{[^{}]{0,512}\})?: |\S{1,255}\.rs:\d{1,9}: "
+)
+_MAX_TRACING_PARTS = 6
+
+
+def tracing_line(text: str) -> tuple[str, str, str, str] | None:
+    """(stamp, level, target, message) of a tracing-subscriber line, or None when ``text`` is not one."""
+    m = TRACING.match(text)
+    if m is None:
+        return None
+    rest, at = m["rest"], 0
+    first = _TRACING_PART.match(rest)
+    if first is None:
+        return None  # no target: not this format
+    at = first.end()
+    for _ in range(_MAX_TRACING_PARTS):
+        part = _TARGET_LIKE.match(rest, at)
+        if part is None:
+            break
+        at = part.end()
+    return m["ts"], m["level"], rest[: at - 2], rest[at:]
+
+
+# -- TensorRT-LLM's C++ logger ---------------------------------------------------------------------------
+TRTLLM_TAG = re.compile(r"\[TensorRT-LLM\]\[(TRACE|DEBUG|INFO|WARNING|ERROR)\](?:\[(?:RANK )?\d{1,6}\])? ?")
+
+
+def trtllm_line(text: str) -> tuple[str, str] | None:
+    """(level, message) of a line TensorRT-LLM's C++ logger wrote (``[TensorRT-LLM][WARNING] ...``), or
+    None. The message keeps any further tags (an exception's text repeats the prefix)."""
+    m = TRTLLM_TAG.match(text) if text.startswith("[TensorRT-LLM][") else None
+    return (m[1], text[m.end() :]) if m else None

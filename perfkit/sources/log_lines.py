@@ -15,7 +15,13 @@ import re
 import polars as pl
 
 from perfkit.core.frames import LOG_SCHEMA, STATS_SCHEMA, TS_DTYPE, SchemaDict
-from perfkit.sources.engine_lines import SGLANG_ARGS, is_trtllm_launch, sglang_stats
+from perfkit.sources.engine_lines import (
+    SGLANG_ARGS,
+    is_trtllm_launch,
+    sglang_stats,
+    tracing_line,
+    trtllm_line,
+)
 from perfkit.sources.log_times import LEVELS, Placement, Years, json_ts, normalize_level, own_time
 from perfkit.sources.trainer_lines import KINDS, trainer_kind
 
@@ -61,9 +67,14 @@ _OTHER_PREFIX_CACHES = frozenset({"CPU", "External", "external", "Host", "host",
 # PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp): "CUDA out of memory. Tried to allocate"
 # under torch.OutOfMemoryError (>= 2.1), torch.cuda.OutOfMemoryError (1.13-2.0) or RuntimeError (older);
 # the device-neutral allocators say "Out of memory. Tried to allocate"; the CUDA runtime's own error is
-# "CUDA error: out of memory".
+# "CUDA error: out of memory". TensorRT-LLM's C++ runtime has no PyTorch allocator: its CUDA check
+# (cpp/include/tensorrt_llm/common/cudaUtils.h ``check``) throws "[TensorRT-LLM][ERROR] CUDA runtime error
+# in <call>: <cudaGetErrorString>", which for cudaErrorMemoryAllocation is "out of memory"
+# ("CUDA runtime error in ::cudaMallocAsync(ptr, n, mMemPool->getPool(), mCudaStream->get()): out of
+# memory (.../tllmBuffers.h:125)", NVIDIA/TensorRT-LLM#2335, #3636).
 _OOM = re.compile(
     r"\b(?:CUDA|HIP) out of memory|CUDA error: out of memory|\bOut of memory\. Tried to allocate"
+    r"|CUDA runtime error in [^\n]{1,1024}?: out of memory"
 )
 # Log lines are hostile input: no pattern here may rescan a line from every position (a 64 KiB
 # "NCCL aaaa..." line took 40 s). The host starts only where a host cannot continue (so a run of
@@ -277,14 +288,27 @@ class _Parser:
             return
         m = _VLLM.search(text) if _VLLM_HINT.search(text) else None
         if m is None:
-            self._plain(lineno, text)
+            tracing = tracing_line(text) if text[:1].isdigit() else None
+            if tracing is None:
+                self._plain(lineno, text)
+                return
+            # TGI's and Dynamo's tracing-subscriber line (perfkit.sources.engine_lines)
+            stamp, level, _target, msg = tracing
+            self._classified(
+                lineno, self._carry(json_ts(stamp)), normalize_level(level), msg, default_kind="tracing"
+            )
+            self._maybe_wrapped(msg, width, "tracing")
             return
         date, time, level, msg = m.group("date", "time", "level", "msg")
         self._classified(
             lineno, self._carry(self.years.stamp_ms(date, time)), level, msg, default_kind="vllm"
         )
+        self._maybe_wrapped(msg, width, "vllm")
+
+    def _maybe_wrapped(self, msg: str, width: int, kind: str) -> None:
+        """Remember the record just made if it is a start-up line whose settings a wrap may have cut."""
         settings = _settings_part(msg) if width >= _MIN_WRAP_WIDTH else None
-        if settings is not None and self.out.log_rows[-1][3] == "vllm":
+        if settings is not None and self.out.log_rows[-1][3] == kind:
             wrapped = _Wrapped(len(self.out.log_rows) - 1, width, settings)
             self.wrapped = wrapped if wrapped.open else None
 
@@ -367,6 +391,10 @@ class _Parser:
         if sglang is not None:  # SGLang's scheduler line (perfkit.sources.engine_lines)
             self.out.stats_rows.append((ts, "0", *sglang[1:], None, None))
             self.out.record(ts, self.source, lineno, f"sglang_{sglang[0]}", level, text)  # PREFILL_KIND
+            return
+        trtllm = trtllm_line(text) if stats is None else None
+        if trtllm is not None:  # TensorRT-LLM's C++ logger: no time of its own (perfkit.sources.engine_lines)
+            self.out.record(ts, self.source, lineno, "trtllm", normalize_level(trtllm[0]), trtllm[1])
             return
         if stats is None:
             what = "vllm_launch" if _is_launch(text) else "sglang" if SGLANG_ARGS in text else None

@@ -22,7 +22,8 @@ kind                  line
                       vLLM's own JSON logging, ``asctime``/``levelname``/``message``, included);
                       a JSON line whose message is a vLLM line (docker json-file) is ``vllm``
 ``cuda_oom``          ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`` (and the
-                      ``RuntimeError``/``torch.cuda.OutOfMemoryError`` wordings of older PyTorch)
+                      ``RuntimeError``/``torch.cuda.OutOfMemoryError`` wordings of older PyTorch), and
+                      TensorRT-LLM's ``CUDA runtime error in ::cudaMallocAsync(...): out of memory``
 ``nccl_warn``         ``[ts] host:pid:tid [dev] file:line (func) NCCL WARN ...``
 ``nccl_info``         ``host:pid:tid [dev] NCCL INFO ...`` (and ``NCCL TRACE``)
 ``nccl_error``        ``NCCL error in: ...`` / ``NCCL communicator was aborted`` (PyTorch side)
@@ -37,6 +38,11 @@ kind                  line
                       vllm.entrypoints.openai.api_server --model m --max-num-seqs 64``, a k8s args
                       list): a line in no other format that names vLLM and sets one of its engine
                       flags, or sets two (:mod:`perfkit.sources.engine_config` reads them)
+``tracing``           Rust tracing-subscriber's ``2025-09-02T15:50:01.770358Z  INFO target: message``
+                      (TGI's launcher and router, Dynamo's frontend, Dynamo's Python workers and the
+                      vLLM lines they forward); ``message`` is the text after the target
+``trtllm``            TensorRT-LLM's C++ logger, ``[TensorRT-LLM][WARNING] message`` (no time of its own;
+                      Triton's TensorRT-LLM backend writes its settings so); ``message`` after the tag
 ====================  ========================================================================
 
 A vLLM start-up line (``Initializing ... with config: ...``, ``non-default args: {...}``, ``args:

@@ -21,17 +21,18 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "engines"
 _TYPE = re.compile(r"^# TYPE (\S+) (\w+)$", re.MULTILINE)
 
 
-def families(name: str) -> dict[str, str]:
-    """family → type of a real exposition (prometheus_client writes counters' TYPE without ``_total``)."""
+def families(*names: str) -> dict[str, str]:
+    """family → type of real expositions (prometheus_client writes counters' TYPE without ``_total``)."""
     out = {}
-    for fam, kind in _TYPE.findall((DATA / name).read_text(encoding="utf-8")):
-        out[fam + ("_total" if kind == "counter" and not fam.endswith("_total") else "")] = kind
+    for name in names:
+        for fam, kind in _TYPE.findall((DATA / name).read_text(encoding="utf-8")):
+            out[fam + ("_total" if kind == "counter" and not fam.endswith("_total") else "")] = kind
     return out
 
 
 def current_names(d: dialects.Dialect, kind: str) -> set[str]:
-    """The current (first) name of each signal of ``kind`` in dialect ``d``."""
-    return {names[0] for names in getattr(d, kind).values()}
+    """The current (first) name of each signal of ``kind`` in dialect ``d``, its family (matchers off)."""
+    return {dialects.family(names[0]) for names in getattr(d, kind).values()}
 
 
 @pytest.mark.parametrize(
@@ -50,11 +51,12 @@ def current_names(d: dialects.Dialect, kind: str) -> set[str]:
                 "sglang:cached_tokens_total",
             },
         ),
-        (dialects.DYNAMO, "dynamo_metrics_docs.txt", set()),
+        # the frontend's page and a worker's system port (the kvstats gauges)
+        (dialects.DYNAMO, ("dynamo_metrics_docs.txt", "vllm_dynamo_worker_metrics.txt"), set()),
     ],
 )
 def test_catalogue_names_are_in_the_engines_real_metrics(dialect, sample, optional):
-    real = families(sample)
+    real = families(*((sample,) if isinstance(sample, str) else sample))
     for kind, want in (("histograms", "histogram"), ("gauges", "gauge"), ("counters", "counter")):
         for name in current_names(dialect, kind) - optional - {"sglang:generation_tokens_histogram"}:
             assert real.get(name) == want, (
@@ -198,8 +200,9 @@ def _triton_scrapes(extra_s: float) -> str:
 
 
 def test_triton_gauges_by_label_and_microsecond_counters_in_seconds():
-    """Triton's TensorRT-LLM backend: running and waiting are one family's series (request_type), and
-    its latencies are microsecond counters: the queue and E2E means come out in seconds."""
+    """Triton's TensorRT-LLM backend: running, waiting, every request held and KV usage are series of two
+    families picked by label, and its latencies are microsecond counters: the E2E mean comes out in
+    seconds, and Triton's own scheduler queue is never read as the engine's queue time."""
     from perfkit.engine.local import LocalEngine
     from perfkit.sources.openmetrics import parse_text
 
@@ -207,12 +210,24 @@ def test_triton_gauges_by_label_and_microsecond_counters_in_seconds():
     window = Window(datetime.fromtimestamp(1_700_000_000, UTC), datetime.fromtimestamp(1_700_000_060, UTC))
     waiting = S.resolve(engine, "waiting")
     assert waiting.engine == "triton" and waiting.matchers == {"request_type": "waiting"}
-    # the recorded page: request_type="waiting" 1, "active" 0 (not the sum of the family's five series)
+    # the recorded page: request_type "waiting" 1, "scheduled" 1, "active" 0 (not the sum of the
+    # family's five series); the running batch is "scheduled" (model_instance_state.cc: numScheduledRequests),
+    # "active" every request the executor holds (numActiveRequests, waiting ones too)
+    assert S.resolve(engine, "running").matchers == {"request_type": "scheduled"}
     assert S.gauge_stat(engine, "waiting", window, "max") == 1.0
-    assert S.gauge_stat(engine, "running", window, "max") == 0.0
-    assert S.window_mean(engine, "queue", window) == pytest.approx(0.25)
+    assert S.gauge_stat(engine, "running", window, "max") == 1.0
+    assert S.gauge_stat(engine, "inflight", window, "max") == 0.0
+    # KV usage: the backend's used/max blocks fraction, as the page printed it
+    assert S.gauge_stat(engine, "kv_cache_usage", window, "max", combine="max") == pytest.approx(0.4875)
     assert S.window_mean(engine, "e2e", window) == pytest.approx(2.0)
+    # nv_inference_queue_duration_us: Triton's scheduler queue, which the backend leaves at once
+    assert S.window_mean(engine, "queue", window) is None and "queue" in (
+        dialects.lacks("triton", "queue") or ""
+    )
+    assert S.window_mean(engine, "server_queue", window) == pytest.approx(0.25)
     assert not S.resolve(engine, "ttft").found and "TTFT" in (dialects.lacks("triton", "ttft") or "")
+    # no E2E histogram: requests per second from the success counter (100 in 60 s)
+    assert S.request_rate(engine, window) == pytest.approx(100 / 60, rel=0.01)
 
 
 def test_speculative_decoding_counters_are_vllms_own_names():
