@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -9,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "data" / "scenarios"
@@ -143,52 +141,25 @@ def pytest_sessionfinish(session, exitstatus):
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def alertmanager(tmp_path):
     """Base URL of an Alertmanager on a free 127.0.0.1 port, gossip off, one null receiver."""
-    if ALERTMANAGER is None:
-        from servers import require_binary
+    from servers import require_binary, serving
 
+    from perfkit.lab.servers import free_port
+
+    if ALERTMANAGER is None:
         require_binary("prometheus-alertmanager")
     config = tmp_path / "alertmanager.yml"
     config.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
-    port = _free_port()
-    log_path = tmp_path / "alertmanager.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                ALERTMANAGER,
-                f"--config.file={config}",
-                f"--storage.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--cluster.listen-address=",  # empty: no gossip, no second port
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    port = free_port()
+    argv = [
+        ALERTMANAGER,
+        f"--config.file={config}",
+        f"--storage.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",  # empty: no gossip, no second port
+    ]
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "Alertmanager not ready after 30 s:\n" + log_path.read_text()
-            time.sleep(0.05)
+    with serving(argv, url, tmp_path / "alertmanager.log", timeout_s=30):
         yield url
-    finally:
-        proc.terminate()  # by its PID, through the Popen handle
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)

@@ -13,19 +13,18 @@ from __future__ import annotations
 import math
 import random
 import shutil
-import socket
 import subprocess
-import time
 from datetime import UTC, datetime
 
 import polars as pl
 import pytest
 import requests
-from servers import require_binary
+from servers import require_binary, serving
 
 from perfkit.engine import ops
 from perfkit.engine.local import LocalEngine
 from perfkit.engine.promql import to_promql
+from perfkit.lab.servers import free_port
 from perfkit.sources.openmetrics import parse_text
 
 pytestmark = pytest.mark.integration
@@ -113,12 +112,6 @@ def bundle_text() -> str:
 # -- Prometheus ------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     """(Prometheus base URL, LocalEngine) over the same bundle."""
@@ -136,43 +129,20 @@ def servers(tmp_path_factory):
     )
     assert made.returncode == 0, made.stdout + made.stderr
     (root / "prometheus.yml").write_text("global: {scrape_interval: 15s}\nscrape_configs: []\n")
-    port = _free_port()
-    log = (root / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=3650d",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    port = free_port()
+    argv = [
+        PROMETHEUS,
+        f"--config.file={root / 'prometheus.yml'}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=3650d",
+    ]
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (root / "prometheus.log").read_text()
-            try:
-                if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "Prometheus not ready after 60 s"
-            time.sleep(0.05)
+    with serving(argv, url, root / "prometheus.log"):
         # promtool's backfill writes no staleness markers: this Prometheus answers instant selectors with
         # the plain 5-minute lookback, which is what the local engine gives without its staleness
         # emulation (tests/integration/test_staleness_live.py compares that emulation with live scrapes)
         yield url, LocalEngine(parse_text(text, require_eof=True), staleness=False)
-    finally:
-        proc.terminate()  # by its PID, through the Popen handle
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
 
 
 # -- comparison ------------------------------------------------------------------------------

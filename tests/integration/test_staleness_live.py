@@ -18,7 +18,6 @@ answer the same range queries:
 from __future__ import annotations
 
 import math
-import subprocess
 import threading
 import time
 from datetime import UTC, datetime
@@ -27,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 import requests
-from servers import require_binary
+from servers import require_binary, running, wait_until
 
 from perfkit.engine import ops
 from perfkit.engine.local import LocalEngine
@@ -85,35 +84,27 @@ def live(tmp_path_factory):
         "scrape_configs:\n  - job_name: exporter\n"
         f'    static_configs: [{{targets: ["127.0.0.1:{exporter.server_address[1]}"]}}]\n'
     )
-    log = (root / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            prometheus,
-            f"--config.file={root / 'prometheus.yml'}",
-            f"--storage.tsdb.path={root / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    argv = [
+        prometheus,
+        f"--config.file={root / 'prometheus.yml'}",
+        f"--storage.tsdb.path={root / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while Exporter.scrapes < 2 * PHASE + 6:  # the last phase: both pods marked stale
-            assert proc.poll() is None, (root / "prometheus.log").read_text()
-            assert time.monotonic() < deadline, f"only {Exporter.scrapes} scrapes in 30 s"
-            time.sleep(0.05)
-        time.sleep(2 * INTERVAL_S)  # the last scrape's samples are committed
-        text = _raw_text(url)
-        yield url, text
+        with running(argv, root / "prometheus.log") as proc:
+            # the last phase: both pods marked stale
+            wait_until(
+                proc,
+                root / "prometheus.log",
+                lambda: Exporter.scrapes >= 2 * PHASE + 6,
+                timeout_s=30,
+                what=f"fewer than {2 * PHASE + 6} scrapes",
+            )
+            time.sleep(2 * INTERVAL_S)  # the last scrape's samples are committed
+            text = _raw_text(url)
+            yield url, text
     finally:
-        proc.terminate()  # by its PID, through the Popen handle
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
         exporter.shutdown()
         exporter.server_close()
 

@@ -5,29 +5,17 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import requests
-from servers import require_binary
+from servers import require_binary, serving
 
 from perfkit.core.frames import MetricStore
 from perfkit.lab.servers import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "promtool"
-
-
-def merged_om(files: list[Path], out: Path) -> Path:
-    """One OpenMetrics file of ``files`` (a single ``# EOF`` at the end), as promtool takes it."""
-    with out.open("w", encoding="utf-8") as fh:
-        for path in sorted(files):
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.strip() != "# EOF":
-                    fh.write(line + "\n")
-        fh.write("# EOF\n")
-    return out
 
 
 def make_blocks(om: Path, out: Path) -> Path:
@@ -69,41 +57,17 @@ def prometheus(blocks: Path, work: Path) -> Iterator[tuple[str, Path]]:
     config = work / "prometheus.yml"
     config.write_text("global: {scrape_interval: 15s}\nscrape_configs: []\n")
     port = free_port()
+    argv = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=3650d",
+        "--web.enable-admin-api",
+    ]
     url = f"http://127.0.0.1:{port}"
-    log_path = work / "prometheus.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=3650d",
-                "--web.enable-admin-api",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "Prometheus not ready after 60 s"
-            time.sleep(0.05)
+    with serving(argv, url, work / "prometheus.log"):
         yield url, data
-    finally:
-        proc.terminate()  # by its PID, through the Popen handle
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
 
 
 def snapshot(url: str, data: Path, out: Path) -> Path:

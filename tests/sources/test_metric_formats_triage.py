@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import requests
-from promtool_kit import dump, make_blocks, merged_om, prometheus, snapshot
+from promtool_kit import dump, make_blocks, prometheus, snapshot
 
+from perfkit.lab.servers import merged_openmetrics, metric_files
 from perfkit.sources.bundle import load_bundle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~15-25 s: promtool, Prometheus, four triages
@@ -38,9 +39,7 @@ def _copy_without_metrics(dst: Path) -> Path:
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory) -> dict[str, Path]:
     work = tmp_path_factory.mktemp("formats")
-    blocks = make_blocks(
-        merged_om(list((SCENARIO / "metrics").glob("*.om")), work / "all.om"), work / "blocks"
-    )
+    blocks = make_blocks(merged_openmetrics(metric_files(SCENARIO), work / "all.om"), work / "blocks")
     out = {"original": SCENARIO}
     out["dump"] = _copy_without_metrics(work / "dump")
     dump(blocks, out["dump"] / "metrics" / "tsdb-dump.txt", work)

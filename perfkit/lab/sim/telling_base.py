@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,18 @@ def frontend_in_s(prompt: int) -> float:
 
 
 FRONTEND_OUT_S = 0.0004  # the frontend detokenising and sending the last chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A finished request as a telling sees it: its tokens and its engine times (seconds of the run)."""
+
+    prompt: int
+    generated: int
+    arrival: float
+    scheduled: float
+    first: float
+    last: float
 
 
 class Telling:
@@ -164,8 +177,13 @@ class Telling:
         first: float,
         last: float,
     ) -> None:
+        """The bookkeeping every telling shares, then the engine's own series (:meth:`done`)."""
         self.finished_n += 1
         self.prompts.pop(r, None)
+        self.done(Done(prompt, generated, arrival, scheduled, first, last))
+
+    def done(self, req: Done) -> None:
+        pass
 
     def step(self, start: float, end: float, prefill_tokens: int, prefill_seqs: int, n_decode: int) -> None:
         pass

@@ -10,6 +10,7 @@ import numpy as np
 from perfkit.lab.sim.telling_base import (
     COMPONENT_BUCKETS,
     FRONTEND_OUT_S,
+    Done,
     Recorder,
     Telling,
     dynamo_log_buckets,
@@ -98,28 +99,12 @@ class Dynamo(Telling):
     def prefix_hit(self, hit: int) -> None:
         self.hit_since += hit
 
-    def finished(
-        self,
-        r: int,
-        prompt: int,
-        generated: int,
-        arrival: float,
-        scheduled: float,
-        first: float,
-        last: float,
-    ) -> None:
-        super().finished(
-            r,
-            prompt=prompt,
-            generated=generated,
-            arrival=arrival,
-            scheduled=scheduled,
-            first=first,
-            last=last,
+    def done(self, req: Done) -> None:
+        self.query_since += req.prompt
+        self._fe(
+            "request_duration_seconds", frontend_in_s(req.prompt) + req.last - req.arrival + FRONTEND_OUT_S
         )
-        self.query_since += prompt
-        self._fe("request_duration_seconds", frontend_in_s(prompt) + last - arrival + FRONTEND_OUT_S)
-        self._fe("output_sequence_tokens", generated)
+        self._fe("output_sequence_tokens", req.generated)
         self.add(
             f"{FE}requests_total",
             model=self.model,
@@ -129,9 +114,12 @@ class Dynamo(Telling):
         )
         if self.workers:
             self.observe(
-                f"{WC}request_duration_seconds", COMPONENT_BUCKETS, last - arrival, **self.worker_labels
+                f"{WC}request_duration_seconds",
+                COMPONENT_BUCKETS,
+                req.last - req.arrival,
+                **self.worker_labels,
             )
-            self.add(f"{WC}response_bytes_total", 61 * generated + 21, **self.worker_labels)
+            self.add(f"{WC}response_bytes_total", 61 * req.generated + 21, **self.worker_labels)
 
     def scrape(self, t: float) -> None:
         rec, cfg = self.rec, self.rec.cfg

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfkit.lab.sim.telling_base import Recorder, Telling, linear_buckets, tgi_duration_buckets, validation_s
+from perfkit.lab.sim.telling_base import (
+    Done,
+    Recorder,
+    Telling,
+    linear_buckets,
+    tgi_duration_buckets,
+    validation_s,
+)
 
 TGI_HELP = {  # router/src/server.rs describe_* (none for tgi_request_failure, tgi_batch_max_total_tokens)
     "tgi_request_success": "Number of successful requests",
@@ -46,34 +53,18 @@ class TGI(Telling):
         self.observe("tgi_request_input_length", self.input_buckets, prompt)
         self.touched.add("tgi_queue_size")
 
-    def finished(
-        self,
-        r: int,
-        prompt: int,
-        generated: int,
-        arrival: float,
-        scheduled: float,
-        first: float,
-        last: float,
-    ) -> None:
-        super().finished(
-            r,
-            prompt=prompt,
-            generated=generated,
-            arrival=arrival,
-            scheduled=scheduled,
-            first=first,
-            last=last,
-        )
-        validation = validation_s(prompt)
-        inference = last - scheduled
+    def done(self, req: Done) -> None:
+        validation = validation_s(req.prompt)
+        inference = req.last - req.scheduled
         self.add("tgi_request_success")
-        self.observe("tgi_request_duration", TGI_DURATION, validation + last - arrival)
+        self.observe("tgi_request_duration", TGI_DURATION, validation + req.last - req.arrival)
         self.observe("tgi_request_validation_duration", TGI_DURATION, validation)
-        self.observe("tgi_request_queue_duration", TGI_DURATION, scheduled - arrival)
+        self.observe("tgi_request_queue_duration", TGI_DURATION, req.scheduled - req.arrival)
         self.observe("tgi_request_inference_duration", TGI_DURATION, inference)
-        self.observe("tgi_request_mean_time_per_token_duration", TGI_DURATION, inference / max(1, generated))
-        self.observe("tgi_request_generated_tokens", self.total_buckets, generated)
+        self.observe(
+            "tgi_request_mean_time_per_token_duration", TGI_DURATION, inference / max(1, req.generated)
+        )
+        self.observe("tgi_request_generated_tokens", self.total_buckets, req.generated)
 
     def step(self, start: float, end: float, prefill_tokens: int, prefill_seqs: int, n_decode: int) -> None:
         method = "prefill" if prefill_tokens else "decode"  # TGI's prefill call carries the running batch

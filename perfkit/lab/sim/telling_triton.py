@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from perfkit.lab.sim.telling_base import TRITON_TOKEN_BUCKETS, Recorder, Telling
+from perfkit.lab.sim.telling_base import TRITON_TOKEN_BUCKETS, Done, Recorder, Telling
 
 NV = "nv_inference_"
 TRITON_HELP = {  # the README's recorded page (tests/data/engines/triton_trtllm_metrics_docs.txt)
@@ -77,26 +77,8 @@ class Triton(Telling):
     def prefix_hit(self, hit: int) -> None:
         self.reused_tokens += hit
 
-    def finished(
-        self,
-        r: int,
-        prompt: int,
-        generated: int,
-        arrival: float,
-        scheduled: float,
-        first: float,
-        last: float,
-    ) -> None:
-        super().finished(
-            r,
-            prompt=prompt,
-            generated=generated,
-            arrival=arrival,
-            scheduled=scheduled,
-            first=first,
-            last=last,
-        )
-        infer_us = int(round((last - arrival) * 1e6))  # the executor's time, its own waiting included
+    def done(self, req: Done) -> None:
+        infer_us = int(round((req.last - req.arrival) * 1e6))  # the executor's time, its own waiting included
         for name, n in (
             ("request_success", 1),
             ("count", 1),
@@ -109,12 +91,15 @@ class Triton(Telling):
         ):
             self.add(f"{NV}{name}", n)
         self.observe(
-            "nv_llm_input_token_len", TRITON_TOKEN_BUCKETS, prompt, response_metric_type="total_input_tokens"
+            "nv_llm_input_token_len",
+            TRITON_TOKEN_BUCKETS,
+            req.prompt,
+            response_metric_type="total_input_tokens",
         )
         self.observe(
             "nv_llm_output_token_len",
             TRITON_TOKEN_BUCKETS,
-            generated,
+            req.generated,
             response_metric_type="total_output_tokens",
         )
 

@@ -1,24 +1,28 @@
 """Rebuild the files of this folder with the real promtool and Prometheus (README.md says what each is).
 
-Run from the repository root: ``python tests/data/promtool/make_fixtures.py`` (needs ``promtool`` and
-``prometheus`` on PATH: ``make servers``). Prometheus listens on a free 127.0.0.1 port and is stopped
-by its PID; everything else happens in a temporary folder.
+Run from the repository root with the project's environment: ``.venv/bin/python
+tests/data/promtool/make_fixtures.py`` (needs ``promtool`` and ``prometheus`` on PATH: ``make servers``).
+It makes the blocks, the dump, the server and the snapshot as the tests do (``tests/sources/promtool_kit.py``):
+Prometheus listens on a free 127.0.0.1 port and is stopped by its PID; everything else happens in a
+temporary folder.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE.parents[1] / "sources")]  # tests/: servers, promtool_kit
+
+from promtool_kit import dump, make_blocks, prometheus, snapshot  # noqa: E402
+
 SCENARIO = HERE.parents[2] / "data" / "scenarios" / "p95-prefill-interference" / "metrics"
 SAMPLES = 20  # the first 20 scrapes (5 minutes at 15 s) of each series kept
 FAMILIES = {
@@ -79,12 +83,6 @@ def dump_openmetrics(dump: str) -> str:
     return "\n".join(out) + "\n# EOF\n"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def get(url: str, **params: str) -> bytes:
     query = urllib.parse.urlencode(params)
     with urllib.request.urlopen(f"{url}?{query}" if params else url, timeout=10) as resp:
@@ -92,56 +90,17 @@ def get(url: str, **params: str) -> bytes:
 
 
 def main() -> int:
-    promtool, prometheus = shutil.which("promtool"), shutil.which("prometheus")
-    if not promtool or not prometheus:
+    promtool = shutil.which("promtool")
+    if not promtool or not shutil.which("prometheus"):
         print("needs promtool and prometheus: apt-get install -y --no-install-recommends prometheus")
         return 1
     (HERE / "source.om").write_text(source_om(), encoding="utf-8")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        blocks = work / "blocks"
-        subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(HERE / "source.om"), str(blocks)],
-            check=True,
-            capture_output=True,
-        )
-        copy = work / "dump-copy"
-        shutil.copytree(blocks, copy)
-        (copy / "wal").mkdir()  # promtool 2.42's dump opens the WAL too
-        dump = subprocess.run([promtool, "tsdb", "dump", str(copy)], check=True, capture_output=True).stdout
-        (HERE / "dump.txt").write_bytes(dump)
-        (HERE / "dump-openmetrics.om").write_text(dump_openmetrics(dump.decode("utf-8")), encoding="utf-8")
-
-        data = work / "prometheus"
-        shutil.copytree(blocks, data)
-        config = work / "prometheus.yml"
-        config.write_text("global: {scrape_interval: 15s}\nscrape_configs: []\n")
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        log = (work / "prometheus.log").open("w")
-        proc = subprocess.Popen(
-            [
-                prometheus,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=3650d",
-                "--web.enable-admin-api",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    get(f"{url}/-/ready")
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise
-                    time.sleep(0.1)
+        blocks = make_blocks(HERE / "source.om", work / "blocks")
+        dumped = dump(blocks, HERE / "dump.txt", work).read_bytes().decode("utf-8")
+        (HERE / "dump-openmetrics.om").write_text(dump_openmetrics(dumped), encoding="utf-8")
+        with prometheus(blocks, work) as (url, data):
             start, end = "1794445200.213", "1794445485.213"
             everything = '{__name__=~".+"}'
             answers = {
@@ -154,20 +113,8 @@ def main() -> int:
             for name, body in answers.items():
                 assert json.loads(body)["status"] == "success", body[:200]
                 (HERE / name).write_bytes(body)
-            request = urllib.request.Request(f"{url}/api/v1/admin/tsdb/snapshot", method="POST")
-            with urllib.request.urlopen(request, timeout=30) as resp:
-                made = json.loads(resp.read())["data"]["name"]
-            snapshot = HERE / "snapshot"
-            shutil.rmtree(snapshot, ignore_errors=True)
-            shutil.copytree(data / "snapshots" / made, snapshot)
-        finally:
-            proc.terminate()  # by its PID, through the Popen handle
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
-            log.close()
+            shutil.rmtree(HERE / "snapshot", ignore_errors=True)
+            snapshot(url, data, HERE / "snapshot")
     version = subprocess.run([promtool, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     print(f"made with {version}")
     return 0
