@@ -118,6 +118,8 @@ class Outcome:
     confirmed: list[str] = field(default_factory=list)
     false_confirmations: list[str] = field(default_factory=list)
     cuts: list[dict[str, Any]] | None = None
+    engine_gap: str | None = None  # the answer's row: "cannot check on ENGINE: it exports no X"
+    top_about: tuple[str, str] | None = None  # (the rank-1 row's workload, the incident's)
     generate_s: float = 0.0
     triage_s: float = 0.0
     error: str | None = None
@@ -136,7 +138,7 @@ def _graded(o: Outcome, bundle: Path) -> Outcome:
     g = grade_bundle(bundle)
     o.want, o.want_version, o.got, o.got_version = g.want, g.want_version, g.got, g.got_version
     o.correct, o.confirmed, o.false_confirmations = g.correct, g.confirmed, g.false_confirmations
-    o.cuts, o.triage_s = g.cuts, g.seconds
+    o.cuts, o.triage_s, o.engine_gap, o.top_about = g.cuts, g.seconds, g.engine_gap, g.top_about
     return o
 
 
@@ -209,6 +211,13 @@ def _embedded_table(graded: list[Outcome]) -> None:
     )
 
 
+def honest_gap(o: Outcome) -> bool:
+    """Missed because the engine exports no signal the answer's row needs, and said so ("cannot check
+    on TGI: it exports no TTFT histogram"), with no other direction confirmed: an honest answer, not
+    scored (no reading of that engine's evidence can give it)."""
+    return bool(not o.correct and o.engine_gap and o.got is None and not o.false_confirmations)
+
+
 def _generated_tables(generated: list[Outcome], columns: list[str], n_seeds: int) -> list[str]:
     """Per scenario and per row; returns the scenarios that miss the seed target."""
     need = min(MIN_SEEDS_RIGHT, n_seeds)
@@ -221,6 +230,7 @@ def _generated_tables(generated: list[Outcome], columns: list[str], n_seeds: int
     print(f"{'scenario':{width}}  {'answer':28}  " + "  ".join(f"{c:>12}" for c in columns))
     missed = []
     never: set[str] = set()
+    gaps: set[str] = set()
     for name in names:
         want = next((o.want for o in generated if o.scenario == name and o.want != "?"), "?")
         cells = []
@@ -228,16 +238,31 @@ def _generated_tables(generated: list[Outcome], columns: list[str], n_seeds: int
             runs = by.get((name, c), [])
             right = sum(o.correct for o in runs)
             unlogged = NEVER_LOGGED.get((c.partition("/")[2], want))
-            flag = "" if right >= need or not runs else " n" if unlogged else " !"
+            honest = [o for o in runs if honest_gap(o)]
+            flag = (
+                ""
+                if right >= need or not runs
+                else " n"
+                if unlogged
+                else " c"
+                if honest and right + len(honest) >= need
+                else " !"
+            )
             if flag == " !":
                 missed.append(f"{name} ({c}: {right}/{len(runs)})")
-            elif flag:
+            elif flag == " n":
                 never.add(f"{c.partition('/')[2]}: {unlogged}")
+            elif flag == " c":
+                gaps.update(f"{c.partition('/')[2]} {o.want}: {o.engine_gap}" for o in honest)
             cells.append(f"{right}/{len(runs)}{flag}" if runs else "-")
         print(f"{name:{width}}  {want:28}  " + "  ".join(f"{c:>12}" for c in cells))
     if never:
         print("  n: the answer rests on a signal the framework never logs:")
         for line in sorted(never):
+            print(f"     {line}")
+    if gaps:
+        print("  c: the engine exports no signal the answer's row needs, and the row says so:")
+        for line in sorted(gaps):
             print(f"     {line}")
     print(
         "\n== per triage row (direction): confirmed at rank 1 when it is the answer / false confirmations =="
@@ -466,9 +491,18 @@ def main(argv: list[str] | None = None) -> int:
     reported, close = _margin_table(embedded, generated)
 
     embedded_wrong = [o.scenario for o in embedded if not o.control and not o.correct]
+    # issue 35: a serving incident never ranks a training row first (nor a training job a serving row)
+    other_first = [
+        f"{o.scenario} {o.variant}{f' {o.seed}' if o.seed else ''}: rank 1 a {o.top_about[0]} row"
+        for o in outcomes
+        if o.top_about
+        and o.top_about[1] in ("serving", "training")
+        and o.top_about[0] not in ("any", o.top_about[1])
+    ]
     targets = [
         ("every embedded incident right", not embedded_wrong, ", ".join(embedded_wrong)),
         ("no false confirmation on a control", not false_conf, f"{len(false_conf)} found"),
+        ("no row about the other workload at rank 1", not other_first, "; ".join(other_first[:10])),
         (
             f"no cut within {MARGIN_FLAG:.0%} of its cut-off on the embedded bundles",
             reported and not close,
@@ -478,14 +512,17 @@ def main(argv: list[str] | None = None) -> int:
     # missed where the answer rests on a signal the framework never logs: not scored (no reading of
     # that evidence can give it); one answered right by another route (NCCL lines) is scored
     unlogged = [
-        o for o in generated if NEVER_LOGGED.get((o.variant.partition("/")[2], o.want)) and not o.correct
+        o
+        for o in generated
+        if (NEVER_LOGGED.get((o.variant.partition("/")[2], o.want)) and not o.correct) or honest_gap(o)
     ]
     if unlogged:
         generated = [o for o in generated if o not in unlogged]
         guessed = [o for o in unlogged if o.got]
         print(
             f"\n== {len(unlogged)} bundles missed where the answer rests on a signal their framework never logs "
-            f"(not scored); {len(guessed)} of them with another direction confirmed at rank 1 =="
+            f"or their engine never exports (not scored); {len(guessed)} of them with another direction "
+            "confirmed at rank 1 =="
         )
         for o in guessed:
             print(f"  {o.scenario} {o.variant} {o.seed}: {o.got} confirmed (answer {o.want})")

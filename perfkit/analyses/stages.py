@@ -40,6 +40,8 @@ class StageBreakdown:
     missing: list[str] = field(default_factory=list)
     # side → stage → the first bucket's bound, where the p95 lies in it (only "at most" that is known)
     p95_under: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: what stood in for a stage the engine exports no histogram of, in words (PREFILL_STAND_IN, ...)
+    stand_ins: list[str] = field(default_factory=list)
 
     def table(self) -> pl.DataFrame:
         rows = []
@@ -89,7 +91,7 @@ class StageBreakdown:
         text = f"the {self.tail_owner} stage owns the tail: p95 {shown[0]} → {shown[1]}"
         if self.ttft_owner:
             text += f"; TTFT grew mostly in {self.ttft_owner}"
-        return text
+        return text + "".join(f"; {x}" for x in self.stand_ins)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +101,7 @@ class StageBreakdown:
             "ttft_owner": self.ttft_owner,
             "shares_of_ttft": self.shares,
             "p95_first_bucket": self.p95_under,
+            "stand_ins": self.stand_ins,
             "summary": self.summary(),
         }
 
@@ -118,6 +121,12 @@ def _s(v: float | None) -> str:
 
 def _side(engine, window: Window, queries: list[str]) -> tuple[dict, dict]:
     means = {s: S.window_mean(engine, s, window, queries) for s in (*STAGES, "ttft", "e2e", "inference")}
+    if means["ttft"] is None and means["queue"] is not None and _ttft_stand_in(engine):
+        # an engine without a TTFT histogram (TGI): a request's first token comes at the end of the
+        # prefill forward that takes it in after its wait in the queue, so TTFT ≈ queue + that forward
+        forward = S.window_mean(engine, "prefill_forward", window, queries)
+        if forward is not None:
+            means["prefill"], means["ttft"] = forward, means["queue"] + forward
     if means["prefill"] is None and None not in (means["ttft"], means["queue"]) and not _has_prefill(engine):
         # an engine without a prefill histogram (SGLang): TTFT ≈ queue + prefill gives prefill's mean
         means["prefill"] = max(0.0, means["ttft"] - means["queue"])  # type: ignore[operator]
@@ -133,7 +142,16 @@ def _has_prefill(engine) -> bool:
     return S.resolve(engine, "prefill").found
 
 
+def _ttft_stand_in(engine) -> bool:
+    """The engine exports no TTFT histogram but the duration of its prefill forward passes (TGI)."""
+    return not S.resolve(engine, "ttft").found and S.resolve(engine, "prefill_forward").found
+
+
 PREFILL_STAND_IN = "prefill = TTFT - queue (the engine exports no prefill-time histogram)"
+TTFT_STAND_IN = (
+    "TTFT = queue time + the mean prefill forward pass (the engine exports no TTFT histogram; its prefill "
+    "forward is the step that gives a request its first token after the queue)"
+)
 
 SHARE_STEP_S = 60.0
 """Shares are read per minute: four scrapes per rate, and enough minutes for a median."""
@@ -146,11 +164,19 @@ def typical_shares(engine, window: Window, means: dict[str, float | None], queri
     means when there are too few minutes with traffic to take a median of."""
     step = max(SHARE_STEP_S, S.choose_step(window, points=120))
     ttft = S.mean_series(engine, "ttft", window, step, queries)
+    if not ttft.height and _ttft_stand_in(engine):  # TTFT ≈ queue + the prefill forward (TTFT_STAND_IN)
+        queue = S.mean_series(engine, "queue", window, step, queries)
+        forward = S.mean_series(engine, "prefill_forward", window, step, queries)
+        ttft = queue.join(forward.rename({"value": "forward"}), on="ts").select(
+            "ts", (pl.col("value") + pl.col("forward")).alias("value")
+        )
     shares: dict[str, float | None] = {}
     for stage in ("queue", "prefill"):
         whole = means.get(stage), means.get("ttft")
         fallback = whole[0] / whole[1] if whole[0] is not None and whole[1] else None
         part = S.mean_series(engine, stage, window, step, queries)
+        if stage == "prefill" and not part.height and _ttft_stand_in(engine):
+            part = S.mean_series(engine, "prefill_forward", window, step, queries)
         if (
             stage == "prefill"
             and not part.height
@@ -241,7 +267,10 @@ def breakdown(engine, window: Window, baseline: Window | None) -> StageBreakdown
         if max(dq, dp) >= MIN_GROWTH_S:
             ttft_owner = "queue" if dq >= dp else "prefill"
     shares = typical_shares(engine, window, mi, queries)
-    return StageBreakdown(means, p95, tail_owner, ttft_owner, shares, queries, missing, under)
+    stand_ins = [TTFT_STAND_IN] if _ttft_stand_in(engine) and mi.get("ttft") is not None else []
+    if not stand_ins and not _has_prefill(engine) and mi.get("prefill") is not None:
+        stand_ins.append(PREFILL_STAND_IN)
+    return StageBreakdown(means, p95, tail_owner, ttft_owner, shares, queries, missing, under, stand_ins)
 
 
 def _p95_under(engine, window: Window, queries: list[str]) -> dict[str, float]:

@@ -190,6 +190,8 @@ TRTLLM = Dialect(
         "running": "trtllm-serve before the iteration metrics (1.1, 1.2) exports no running gauge",
         "waiting": "trtllm-serve before the iteration metrics (1.1, 1.2) exports no waiting gauge",
         "kv_cache_usage": "trtllm-serve before the iteration metrics (1.1, 1.2) exports no KV-cache usage",
+        "prefill": "trtllm-serve before the per-request stage metrics (1.1, 1.2) exports no prefill-time "
+        "histogram (TTFT less queue time stands in)",
         "prompt_tokens": "trtllm-serve exports no prompt-length histogram",
         "generation_tokens": "trtllm-serve exports no output-length histogram",
     },

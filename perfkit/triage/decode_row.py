@@ -15,8 +15,9 @@ from typing import Any
 from perfkit.analyses.roofline import SERVING_RATES, describe, lookup, serving_roofline
 from perfkit.errors import ConfigError
 from perfkit.triage import thresholds as T
+from perfkit.triage.conditions import kv_saturated
 from perfkit.triage.evidence import Evidence
-from perfkit.triage.gaps import cannot
+from perfkit.triage.gaps import absent, cannot
 from perfkit.triage.quantities import value
 from perfkit.triage.row_types import (
     NO_GPU_COUNT,
@@ -187,6 +188,26 @@ def _verify_tpot(ev: Evidence) -> Verification:
     per_work = p50 / work
     numbers["tpot_per_offered_work_ratio"] = _r(per_work)
     beyond = at_least(per_work, "TPOT_MEDIAN_RATIO")
+    # A KV cache full enough to preempt slows every token at the same offered work too (preempted
+    # requests wait and recompute): a less efficient decode is confirmed only where that is ruled out
+    full = kv_saturated(ev)
+    numbers["kv_cache_usage_max"] = _r(value(ev, "kv_max"))
+    numbers["preemptions_per_s"] = _r(value(ev, "preemptions_per_s"), 4)
+    unseen = value(ev, "kv_max") is None
+    if slower and (full or unseen):
+        slowed = f"the median token takes {p50:.2f}x as long at {work:.2f}x the offered work"
+        why = (
+            f"{slowed}, but the KV cache peaked at {value(ev, 'kv_max'):.0%}"
+            if full
+            else f"{absent(ev, 'kv_cache_usage')}, so a full KV cache is not ruled out: {slowed}"
+        )
+        return Verification(
+            "inconclusive",
+            f"{why}; requests preempted or held back by a full cache wait and recompute, so every token "
+            "takes longer, and a less efficient decode cannot be told apart from it",
+            numbers,
+            cuts_of(negate(more_load), slower, full),
+        )
     if slower and beyond:
         held = f"; {spec.text}: not the cause" if spec is not None else ""
         return Verification(
@@ -196,7 +217,7 @@ def _verify_tpot(ev: Evidence) -> Verification:
             "than a bigger batch or more prefill in the steps can explain; the same work runs slower"
             f"{held}",
             numbers,
-            cuts_of(negate(more_load), slower, beyond),
+            cuts_of(negate(more_load), slower, beyond, negate(full)),
         )
     if slower and more_prefill:
         return Verification(
@@ -215,7 +236,7 @@ def _verify_tpot(ev: Evidence) -> Verification:
             f"{p50:.2f}x as long; the batch grew {batch or 0:.2f}x only because requests stay "
             f"longer (Little's law){held}",
             numbers,
-            cuts_of(negate(more_load), slower, negate(more_prefill)),
+            cuts_of(negate(more_load), slower, negate(more_prefill), negate(full)),
         )
     return Verification(
         "ruled_out",

@@ -320,10 +320,18 @@ def _stalls(engine: S.Engine, inc: Incident, base: BaselineComparison, out: Inte
         T.STALL_MIN_S, T.STALL_MEDIAN_MULTIPLE * itl_p50, T.STALL_WORST_MULTIPLE * (normal_worst or 0)
     )
     stall_le = _bucket_at_least(i_bounds, floor)
+    label = f"ITL gaps > {stall_le:g} s" if stall_le is not None else ""
     if stall_le is None:
-        return None
+        # The histogram ends below twice the baseline's worst gap (Dynamo's inter-token buckets stop at
+        # 2 s): the gaps past its last bound stand in, where that bound is itself a stall by the other
+        # two rules and past the baseline's own p99.9 (fewer than one gap in a thousand there)
+        top = max(i_bounds)
+        if top < max(T.STALL_MIN_S, T.STALL_MEDIAN_MULTIPLE * itl_p50) or top <= (normal_worst or 0):
+            return None
+        stall_le = top
+        label = f"ITL gaps > {top:g} s (the histogram's last bound, under twice the baseline's p99.9)"
     out.stall_threshold_s = stall_le
-    out.stalls_label = f"ITL gaps > {stall_le:g} s"
+    out.stalls_label = label
     for side, w in (("incident", window), ("baseline", baseline)):
         if w is None:
             continue

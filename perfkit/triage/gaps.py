@@ -26,6 +26,13 @@ WHAT = {
     "running": "gauge of requests running",
     "kv_cache_usage": "KV-cache usage",
     "preemptions": "preemption counter",
+    "prefix_cache_hits": "prefix-cache hit counter",
+}
+
+#: engines whose series are a router's, not the process that runs the model: its out-of-memory errors
+#: are in the model's workers' logs (the catalogue's engine name → where they are)
+MODEL_ELSEWHERE = {
+    "dynamo": "its workers run the model, and their out-of-memory errors are in the workers' logs",
 }
 
 #: what :func:`cannot` begins with: the table gives such a gap verbatim, not as "missing ..."
@@ -54,3 +61,16 @@ def cannot(ev: Evidence, *signals: str, every: bool = True) -> str | None:
     flags = [d.flags[s] for s in lacks if s in d.flags]
     text = f"{CANNOT}{d.title}: it exports no {' and no '.join(WHAT.get(s, s) for s in lacks)}"
     return text + (f" ({'; '.join(flags)})" if flags else "")
+
+
+def absent(ev: Evidence, signal: str) -> str:
+    """Why ``signal``'s value is not in the evidence, in words: the engine exports none (:func:`cannot`),
+    or only from a part of it that was not scraped (its catalogue's note: the Dynamo frontend's KV usage
+    is its workers'), or the window holds none."""
+    lack = cannot(ev, signal)
+    if lack:
+        return lack
+    d = BY_NAME.get(ev.serving_engine or "")
+    if d is not None and signal in d.flags:
+        return f"{CANNOT}{d.title}: {d.flags[signal]}"
+    return f"no {WHAT.get(signal, signal)} in the evidence"

@@ -29,7 +29,7 @@ from perfkit.triage.conditions import (
     whole_prompt_prefills,
 )
 from perfkit.triage.evidence import Evidence
-from perfkit.triage.gaps import cannot
+from perfkit.triage.gaps import absent, cannot, lacking
 from perfkit.triage.quantities import value
 from perfkit.triage.row_types import (
     ABSENT,
@@ -249,13 +249,21 @@ def detect_prefill(ev: Evidence) -> Detection:
         "ttft_p95_s": _r(ttft_now),
         "ttft_slo_s": slo,
     }
-    if prefill is None and dialects.lacks(ev.serving_engine or "", "prefill"):
-        # no prefill histogram (SGLang): the mean of TTFT less queue time stands in (analyses.stages)
+    if prefill is None and (dialects.lacks(ev.serving_engine or "", "prefill") or lacking(ev, "prefill")):
+        # no prefill histogram: the stages' stand-in (SGLang: TTFT less queue time; TGI: its prefill
+        # forward passes, analyses.stages) judged on its mean
         prefill = value(ev, "prefill_mean_ratio")
         facts["prefill_p95_ratio"] = None
-        facts["prefill_mean_ratio"], facts["prefill_stand_in"] = _r(prefill), PREFILL_STAND_IN
+        facts["prefill_mean_ratio"] = _r(prefill)
+        facts["prefill_stand_in"] = "; ".join(ev.stages.stand_ins) or PREFILL_STAND_IN
+    if ttft is None and lacking(ev, "ttft") and ev.stages.stand_ins:
+        # no TTFT histogram (TGI): the stages' TTFT stand-in (queue + prefill forward), on its mean
+        ttft = value(ev, "ttft_mean_ratio")
+        facts["ttft_mean_ratio"], facts["ttft_stand_in"] = _r(ttft), "; ".join(ev.stages.stand_ins)
     if ttft is None or prefill is None:
-        gap = cannot(ev, "ttft") or "TTFT and prefill-time histograms in both windows"
+        gap = (
+            cannot(ev, "ttft") or cannot(ev, "prefill") or "TTFT and prefill-time histograms in both windows"
+        )
         return Detection(False, 0.0, facts, [gap])
     over_slo = above(value(ev, "ttft_p95_slo_ratio"), "SLO_BREACH_RATIO") if slo else ABSENT
     ttft_high = any_of(at_least(ttft, "TTFT_RATIO"), over_slo)
@@ -281,8 +289,8 @@ def verify_prefill(ev: Evidence) -> Verification:
         "prefix_cache_hit_frac": {"baseline": _r(hit_b), "incident": _r(hit_i)},
     }
     if share is None or kv is None:
-        gap = cannot(ev, "kv_cache_usage") if kv is None else None
-        return Verification("inconclusive", gap or "prefill share of TTFT or KV-cache usage unknown", numbers)
+        gap = absent(ev, "kv_cache_usage") if kv is None else "prefill share of TTFT unknown"
+        return Verification("inconclusive", gap, numbers)
     elsewhere = below(share, "PREFILL_SHARE_RULE_OUT")
     if elsewhere:
         return Verification(
@@ -315,6 +323,18 @@ def verify_prefill(ev: Evidence) -> Verification:
             cuts_of(negate(elsewhere), pressure),
         )
     calm = below(kv, "KV_CALM_FRAC")
+    if calm and hit_drop is None and ev.engine_config.get("prefix_caching", {}).get("value") is not False:
+        # a calm cache clears allocation only with the prefix-cache hit rate seen (or prefix caching
+        # off): shared prefixes evicted (a cache thrashed by a new prompt mix) slow every prefill with
+        # the cache far from full
+        unseen = absent(ev, "prefix_cache_hits")
+        return Verification(
+            "inconclusive",
+            f"{unseen}: prefill is slow ({share:.0%} of TTFT) with the KV cache calm (max {kv:.0%}), "
+            "and a prefix cache that lost its hits, which does that, is not ruled out",
+            numbers,
+            cuts_of(negate(elsewhere), negate(pressure), calm),
+        )
     if calm:
         return Verification(
             "ruled_out",
@@ -340,6 +360,7 @@ def detect_load(ev: Evidence) -> Detection:
     waiting = value(ev, "waiting_avg")
     lat = value(ev, "latency_p50_ratio")
     facts = {
+        "judged_on": value(ev, "latency_p50_signal"),
         "request_rate_ratio": _r(load),
         "concurrency_ratio": _r(conc),
         "waiting_avg": _r(waiting),
@@ -370,6 +391,7 @@ def verify_load(ev: Evidence) -> Verification:
         "waiting_max": _r(wmax),
         "kv_cache_usage_max": _r(kv),
         "queue_p95_s": _r(value(ev, "queue_p95_s")),
+        "judged_on": {"queue_share": value(ev, "queue_share_basis"), "waiting": value(ev, "waiting_basis")},
     }
     if share is None or waiting is None:
         gaps = [

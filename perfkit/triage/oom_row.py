@@ -11,10 +11,12 @@ from typing import Any
 from perfkit.analyses.memory import MIB, inference_memory
 from perfkit.analyses.memory_peak import states_vs_peak
 from perfkit.analyses.roofline import SERVING_RATES, lookup, mean_context
+from perfkit.engine.dialects import BY_NAME
 from perfkit.errors import ConfigError
 from perfkit.triage import thresholds as T
 from perfkit.triage.conditions import kv_high
 from perfkit.triage.evidence import Evidence
+from perfkit.triage.gaps import CANNOT, MODEL_ELSEWHERE
 from perfkit.triage.quantities import value
 from perfkit.triage.row_types import NO_GPU_COUNT, Detection, Verification, _r, above, cuts_of
 
@@ -27,6 +29,10 @@ def detect_oom(ev: Evidence) -> Detection:
     facts = {"cuda_oom_lines": n}
     if not ev.logs:
         return Detection(False, 0.0, facts, ["logs (CUDA out-of-memory messages)"])
+    elsewhere = MODEL_ELSEWHERE.get(ev.serving_engine or "")
+    if elsewhere and not n:  # a router's logs: the model's errors are not in them
+        d = BY_NAME[ev.serving_engine or ""]
+        return Detection(False, 0.0, facts, [f"{CANNOT}{d.title}: {elsewhere}"])
     seen = above(n, "OOM_LINES")
     return Detection(seen.ok, T.oom_strength(n) if seen else 0.0, facts, cuts=cuts_of(seen))
 

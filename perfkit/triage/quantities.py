@@ -67,6 +67,19 @@ def _rate_ratio(name: str) -> Callable[[Evidence], float | None]:
     return lambda ev: ev.rate_ratio(name)
 
 
+def _sides_ratio(
+    sides: Callable[[Evidence], dict[str, float | None] | None], floor: float = 0.0
+) -> Callable[[Evidence], float | None]:
+    """The incident's value over the baseline's, of a number kept per side (``{"incident": ..,
+    "baseline": ..}``), a baseline under ``floor`` read at it."""
+
+    def read(ev: Evidence) -> float | None:
+        both = sides(ev) or {}
+        return ratio(both.get("incident"), both.get("baseline"), floor)
+
+    return read
+
+
 def _incident(name: str) -> Callable[[Evidence], float | None]:
     return lambda ev: ev.rate("incident", name)
 
@@ -127,6 +140,12 @@ _q(
     "the per-token latency's p95 (TPOT, else ITL), incident over baseline",
     lambda ev: _quantile_ratio(ev.per_token(), 0.95)(ev),
 )
+_q(
+    "ttft_mean_ratio",
+    "mean TTFT, incident over baseline (where the engine has no TTFT histogram, the stages' stand-in: "
+    "queue time + the prefill forward pass)",
+    lambda ev: ratio(ev.mean("incident", "ttft"), ev.mean("baseline", "ttft")),
+)
 _q("prefill_p95_ratio", "prefill time p95, incident over baseline", _quantile_ratio("prefill", 0.95))
 _q(
     "prefill_mean_ratio",
@@ -137,6 +156,30 @@ _q(
     "latency_p50_ratio",
     "the median request's latency, incident over baseline: TTFT p50 (outside restart backlogs), else E2E p50",
     lambda ev: value(ev, "ttft_p50_ratio") or _quantile_ratio("e2e", 0.5)(ev),
+)
+_q(
+    "latency_p50_signal",
+    "which median latency_p50_ratio judged on: the TTFT's, else (an engine with no TTFT histogram) the E2E's",
+    lambda ev: (
+        "TTFT p50" if value(ev, "ttft_p50_ratio") else "E2E p50" if value(ev, "latency_p50_ratio") else None
+    ),
+)
+_q(
+    "queue_share_basis",
+    "what the queue's share of TTFT was read on: both histograms, or a stand-in for the one the engine lacks",
+    lambda ev: (
+        "; ".join(ev.stages.stand_ins)
+        or "queue time over TTFT, their histograms' means in the typical minute"
+    ),
+)
+_q(
+    "waiting_basis",
+    "what the requests waiting were read on: the engine's gauge, or Little's law where it exports none",
+    lambda ev: (
+        "request rate x mean queue time (Little's law: the engine exports no gauge of requests waiting)"
+        if any("Little's law" in m for m in ev.baseline.missing)
+        else "the engine's gauge of requests waiting"
+    ),
 )
 _q(
     "prefill_share",
@@ -214,11 +257,7 @@ _q(
 _q(
     "stall_rise",
     f"stalls per minute, incident over baseline (a baseline under {T.STALL_BASELINE_FLOOR_PER_MIN:g}/min read at it)",
-    lambda ev: ratio(
-        ev.interference.stalls_per_min.get("incident"),
-        ev.interference.stalls_per_min.get("baseline"),
-        floor=T.STALL_BASELINE_FLOOR_PER_MIN,
-    ),
+    _sides_ratio(lambda ev: ev.interference.stalls_per_min, T.STALL_BASELINE_FLOOR_PER_MIN),
 )
 _q(
     "long_share",
@@ -233,11 +272,7 @@ _q(
 _q(
     "long_share_rise",
     f"long prompts' share, incident over baseline (a baseline under {T.LONG_SHARE_FLOOR:.2%} read at it)",
-    lambda ev: ratio(
-        ev.interference.long_share.get("incident"),
-        ev.interference.long_share.get("baseline"),
-        floor=T.LONG_SHARE_FLOOR,
-    ),
+    _sides_ratio(lambda ev: ev.interference.long_share, T.LONG_SHARE_FLOOR),
 )
 _q(
     "corr_long_vs_stalls",
@@ -285,8 +320,13 @@ _q(
 # -- training ----------------------------------------------------------------------------------------
 
 
+def _train_sides(attr: str) -> Callable[[Evidence], dict[str, float | None] | None]:
+    """A training quantity kept per side (``TrainingEvidence.<attr>``: baseline and incident)."""
+    return lambda ev: getattr(ev.train, attr, None) if ev.train else None
+
+
 def _train_side(attr: str, side: str) -> Callable[[Evidence], float | None]:
-    return lambda ev: (getattr(ev.train, attr, None) or {}).get(side) if ev.train else None
+    return lambda ev: (_train_sides(attr)(ev) or {}).get(side)
 
 
 _q(
@@ -354,11 +394,7 @@ _q(
 _q(
     "step_jitter_rise",
     f"the step jitter, incident over baseline (a baseline under {T.STEP_JITTER_FLOOR:.1%} read at it)",
-    lambda ev: ratio(
-        _train_side("step_jitter", "incident")(ev),
-        _train_side("step_jitter", "baseline")(ev),
-        T.STEP_JITTER_FLOOR,
-    ),
+    _sides_ratio(_train_sides("step_jitter"), T.STEP_JITTER_FLOOR),
 )
 _q(
     "util_swing_pct",
@@ -368,18 +404,12 @@ _q(
 _q(
     "util_swing_rise",
     f"the utilisation swing, incident over baseline (a baseline under {T.UTIL_SWING_FLOOR_PCT:g} points read at it)",
-    lambda ev: ratio(
-        _train_side("util_swing_pct", "incident")(ev),
-        _train_side("util_swing_pct", "baseline")(ev),
-        T.UTIL_SWING_FLOOR_PCT,
-    ),
+    _sides_ratio(_train_sides("util_swing_pct"), T.UTIL_SWING_FLOOR_PCT),
 )
 _q(
     "loss_roughness_ratio",
     "the loss's robust scatter around its trend, incident over baseline",
-    lambda ev: ratio(
-        _train_side("loss_roughness", "incident")(ev), _train_side("loss_roughness", "baseline")(ev)
-    ),
+    _sides_ratio(_train_sides("loss_roughness")),
 )
 _q(
     "loss_spikes",
@@ -394,5 +424,5 @@ _q(
 _q(
     "step_time_ratio",
     "step time, incident over baseline",
-    lambda ev: ratio(_train_side("step_s", "incident")(ev), _train_side("step_s", "baseline")(ev)),
+    _sides_ratio(_train_sides("step_s")),
 )

@@ -87,11 +87,9 @@ def test_no_two_statements_contradict(bundle):
     if order != sorted(order):
         problems.append(f"verdicts out of rank order: {[r.verification.verdict for r in result.results]}")
     top = result.top
-    if top is not None and result.workload in ("serving", "training") and top.row.workload not in (
-        result.workload,
-        "any",
-    ):
-        problems.append(f"rank 1 is a {top.row.workload} row on a {result.workload} incident")
+    about = top.row.workload if top is not None else "any"
+    if result.workload in ("serving", "training") and about not in (result.workload, "any"):
+        problems.append(f"rank 1 is a {about} row on a {result.workload} incident")
 
     # a stage that owns the tail is not "normal" in a confirmed verdict's text
     if b.incident.baseline is not None and result.workload in ("serving", "mixed"):

@@ -25,7 +25,7 @@ def evidence(tpot: float, prompt: float, requests: float = 1.0) -> SimpleNamespa
         ("baseline", "prompt_tokens_per_s"): 4000.0,
         ("incident", "prompt_tokens_per_s"): 4000.0 * prompt,
     }
-    ev = SimpleNamespace(per_token=lambda: "tpot")
+    ev = SimpleNamespace(per_token=lambda: "tpot", kv_max=lambda: 0.5, serving_engine="vllm")
     ev.q = lambda side, signal, q: quantiles.get((side, signal, q))
     ev.ratio = lambda signal, q: ev.q("incident", signal, q) / ev.q("baseline", signal, q)
     ev.rate = lambda side, name: rates.get((side, name))
@@ -69,3 +69,32 @@ def test_a_token_slower_per_unit_of_offered_work_is_the_same_work_run_slower():
     assert out.verdict == "confirmed", out.why
     assert out.numbers["tpot_per_offered_work_ratio"] == pytest.approx(2.08 / 1.157, rel=1e-3)
     assert "PROMPT_LOAD_RATIO" not in {c.name for c in out.cuts}
+
+
+def test_a_slower_token_beside_a_saturated_kv_cache_is_not_confirmed_a_slower_decode():
+    """Issue 35: a KV cache full enough to preempt slows every token at the same offered work (the
+    preempted requests wait and recompute); on an engine without preemption counts, its fill alone."""
+    ev = evidence(2.0, 1.0)
+    ev.kv_max = lambda: 0.96
+    ev.serving_engine = "tgi"  # TGI: a KV fill, no preemption counter
+    out = _verify_tpot(ev)
+    assert out.verdict == "inconclusive" and "the KV cache peaked at 96%" in out.why, out.why
+    assert "KV_FULL_FRAC" in {c.name for c in out.cuts}
+    ev = evidence(2.0, 1.0)
+    ev.kv_max, ev.serving_engine = (lambda: 0.5), "tgi"  # room in the cache: the same work runs slower
+    assert _verify_tpot(ev).verdict == "confirmed"
+
+
+@pytest.mark.parametrize(
+    ("engine", "said"),
+    [
+        ("dynamo", "cannot check on NVIDIA Dynamo (frontend): the Dynamo frontend exports no KV usage"),
+        ("vllm", "no KV-cache usage in the evidence"),  # exports it, but this window holds none
+    ],
+)
+def test_evidence_without_the_kv_cache_cannot_rule_its_pressure_out(engine, said):
+    ev = evidence(2.0, 1.0)
+    ev.kv_max, ev.serving_engine = (lambda: None), engine
+    out = _verify_tpot(ev)
+    assert out.verdict == "inconclusive" and said in out.why, out.why
+    assert "so a full KV cache is not ruled out" in out.why

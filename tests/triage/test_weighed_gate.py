@@ -62,7 +62,9 @@ def test_a_confirmatory_cut_within_its_noise_does_not_veto_evidence_far_past_its
     assert direction["verification"]["weighed"]["within_noise"][0]["name"] == "MEDIAN_FINE_RATIO"
 
 
-def test_with_the_engine_settings_unknown_stalls_that_follow_long_prompts_bring_the_held_back_median(tmp_path):
+def test_with_the_engine_settings_unknown_stalls_that_follow_long_prompts_bring_the_held_back_median(
+    tmp_path,
+):
     result = triage_bundle(_bundle(tmp_path, 1.5, settings=False))
     tail = _tail(result)
     gates = {g.name: g for g in tail.gates}

@@ -29,6 +29,10 @@ class Graded:
     variant: str | None = None  # loose-window, shared-fleet, restart (perfkit.lab.sim.variants)
     scope: str | None = None  # the answer key's scope, passed to triage
     cuts: list[dict[str, Any]] | None = None  # every threshold cut the rows report; None: rows report none
+    #: the answer's row saying the engine exports no signal it needs ("cannot check on TGI: ..."), if so
+    engine_gap: str | None = None
+    #: the rank-1 row's workload against the incident's ("training" on "serving": the wrong table)
+    top_about: tuple[str, str] | None = None
 
     @property
     def control(self) -> bool:
@@ -83,6 +87,8 @@ def grade_bundle(bundle: Path) -> Graded:
     top = result.top
     got = top.row.direction if top and top.verification.verdict == "confirmed" else None
     variant = answer.get("variant")
+    want = next((r for r in result.results if r.row.direction == answer["direction"]), None)
+    gap = want.verification.why if want is not None and want.verification.verdict == "inconclusive" else ""
     return Graded(
         bundle.name,
         str(answer["direction"]),
@@ -94,6 +100,8 @@ def grade_bundle(bundle: Path) -> Graded:
         str(variant) if variant else None,
         scope if kwargs else None,
         row_cuts(result),
+        gap if gap.startswith("cannot check on ") else None,
+        (top.row.workload, result.workload) if top is not None else None,
     )
 
 
