@@ -46,16 +46,15 @@ def chunked_prefill_off(ev: Evidence) -> Test:
 
 def whole_prompt_prefills(ev: Evidence) -> Test:
     """Long prompts' prefills take whole engine steps (:data:`PRECONDITIONS`): then they hold back
-    every request that arrives during them, and the TTFT median moves with the share held back. Known
-    from the settings, the test carries no cut; told by the stalls, it carries theirs and the
-    correlation's, so a reading near those cuts shows in the verdict's margin.
+    every request that arrives during them, and the TTFT median moves with the share held back.
 
-    Known from the engine's settings where they were read. Where they were not: decode stalls that are
-    new (:func:`stalls_new`: gaps of 10x the median inter-token time and more, frequent, and 3x the
-    baseline's) and follow long-prompt arrivals (their correlation at least ``CORR_CONFIRM``) are what
-    a prefill that holds the whole step does. A chunked prefill bounds every step by its token budget
-    (2,048 tokens take a fraction of a second), so it leaves no gap ten times the usual one behind
-    each long prompt."""
+    Known from the engine's settings where they were read (the test then carries no cut). Where they
+    were not: decode stalls that are new (:func:`stalls_new`: gaps of 10x the median inter-token time
+    and more, frequent, and 3x the baseline's) and follow long-prompt arrivals (their correlation at
+    least ``CORR_CONFIRM``) are what a prefill that holds the whole step does; a chunked prefill bounds
+    every step by its token budget (2,048 tokens take a fraction of a second), so it leaves no gap ten
+    times the usual one behind each long prompt. Told that way, the test carries the stalls' and the
+    correlation's cuts, so a reading near them shows in the verdict's margin."""
     on = value(ev, "chunked_prefill")
     if on is not None:
         return precondition(

@@ -1,7 +1,7 @@
 """The inference-serving rows of the triage table (docs/bundle.md): tail-latency divergence,
 slow prefill, latency surge under load and a post-deploy shift, each as a detector and a
 verification (high TPOT: :mod:`perfkit.triage.decode_row`; out-of-memory:
-:mod:`perfkit.triage.oom_row`). :mod:`perfkit.triage.spec` declares each row.
+:mod:`perfkit.triage.oom_row`). :mod:`perfkit.triage.rows` declares each row.
 
 A row reads named quantities (:mod:`perfkit.triage.quantities`) and shared conditions
 (:mod:`perfkit.triage.conditions`), and every comparison with a threshold goes through
