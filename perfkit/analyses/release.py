@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from perfkit.analyses.changepoints import MIN_REL_CHANGE, ChangePoint, detect
-from perfkit.core.frames import Window, iso
+from perfkit.core.frames import Window, iso, utc
 from perfkit.engine import signals as S
 
 SUSPECT_KINDS = ("deploy", "rollback", "config")
@@ -53,6 +53,10 @@ WATCHED: tuple[tuple[str, str, str, float | None, int], ...] = (
     ("ITL p95", "itl", "quantile", 0.95, +1),
     ("TPOT p95", "tpot", "quantile", 0.95, +1),
     ("E2E p95", "e2e", "quantile", 0.95, +1),
+    # only where the engine has neither a TTFT nor an inter-token histogram (TGI): the medians it does
+    # have, so a regression of the median request still shows as one
+    ("TPOT p50", "tpot", "median-fallback", 0.5, +1),
+    ("E2E p50", "e2e", "median-fallback", 0.5, +1),
     # only where the engine has no E2E histogram: its mean from cumulative time and count counters
     # (Triton's microsecond counters, perfkit.engine.dialects.COUNTER_MEANS)
     ("E2E mean", "e2e", "mean", None, +1),
@@ -70,6 +74,41 @@ SERVING_RATE, REQUEST_RATE = "generated tokens/s", "requests/s"
 #: the tail series by the part of a request they time: prefill (first token), decode (the tokens
 #: after it; ITL and TPOT are two statistics of the same gaps) and the whole request
 TAIL_VIEWS = {"TTFT p95": "prefill", "ITL p95": "decode", "TPOT p95": "decode", "E2E p95": "end-to-end"}
+
+
+def is_mean(series: str) -> bool:
+    """A watched series that is a mean (Triton's E2E from its time and count counters): a few slow
+    requests move it as much as all of them a little, so alone it cannot tell a slower median request
+    from a new mix of requests."""
+    return any(name == series and kind == "mean" for name, _, kind, _, _ in WATCHED)
+
+
+#: the request mix read where a deploy is suspected on means alone: (name, histogram signal)
+MIX_SIGNALS = (
+    ("prompt tokens per request", "prompt_tokens"),
+    ("output tokens per request", "generation_tokens"),
+)
+
+
+def mix_at(engine, span: Window, step_s: float, ts: datetime, queries: list[str]) -> dict[str, float]:
+    """How the requests' mix moved at ``ts``: for each of :data:`MIX_SIGNALS` the engine exports, the
+    median over the span's steps after ``ts`` of the mean per request, against the median over its
+    steps before (the step holding ``ts`` mixes both sides and is left out), as a relative change
+    (0.11: 11 % more tokens per request). Medians of the steps' means, as :func:`_level` reads a
+    series' level: a minute with a burst of long prompts, or a later change that takes less than half
+    the span after ``ts``, does not move them."""
+    out: dict[str, float] = {}
+    for name, signal in MIX_SIGNALS:
+        if not S.resolve(engine, signal).found:
+            continue
+        means = S.mean_series(engine, signal, span, step_s, queries)
+        if not means.height:
+            continue
+        before = _level(means, Window(span.start, ts - timedelta(seconds=step_s)))
+        after = _level(means, Window(ts + timedelta(seconds=step_s), span.end))
+        if before is not None and after is not None and before > 0:
+            out[name] = after / before - 1.0
+    return out
 
 
 def is_tail(series: str) -> bool:
@@ -156,6 +195,9 @@ class ReleaseCorrelation:
     series: dict[str, pl.DataFrame] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    #: where the suspect is blamed on means alone (:func:`is_mean`): how the requests' mix moved at it
+    #: (:func:`mix_at`); empty where it was not read or the engine exports no token histograms
+    mix: dict[str, float] = field(default_factory=dict)
 
     @property
     def suspect_version(self) -> str | None:
@@ -187,6 +229,7 @@ class ReleaseCorrelation:
             "suspect_version": self.suspect_version,
             "cleared": self.cleared,
             "unexplained": [s.as_dict() for s in self.unexplained],
+            "mix_at_suspect": {k: round(v, 4) for k, v in self.mix.items()},
             "summary": self.summary(),
         }
 
@@ -194,7 +237,9 @@ class ReleaseCorrelation:
 def watched_series(engine, span: Window, step_s: float, queries: list[str]) -> dict[str, pl.DataFrame]:
     out: dict[str, pl.DataFrame] = {}
     for name, signal, kind, q, _ in WATCHED:
-        if kind == "quantile":
+        if kind == "median-fallback" and (S.resolve(engine, "ttft").found or S.resolve(engine, "itl").found):
+            continue  # the engine's TTFT and inter-token medians are watched instead
+        if kind in ("quantile", "median-fallback"):
             frame = S.quantile_series(engine, signal, q or 0.5, span, step_s, queries)
         elif kind == "mean":
             if S.resolve(engine, signal).found:
@@ -352,6 +397,9 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
             ]
     onset_from = baseline.end if baseline and baseline.end < window.start else window.start - tolerance
     unexplained = [sh for sh in shifts if sh.degrading and not sh.aligned_event and sh.ts >= onset_from]
+    mix: dict[str, float] = {}
+    if suspect is not None and all(is_mean(name) for name in suspect["series"]):
+        mix = mix_at(engine, span, step_s, utc(suspect["ts"]), queries)
     return ReleaseCorrelation(
         span,
         step_s,
@@ -363,4 +411,5 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
         series,
         queries,
         missing,
+        mix,
     )

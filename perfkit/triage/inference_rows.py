@@ -14,10 +14,19 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from perfkit.analyses.release import ReleaseCorrelation, Shift, at_deploy, blamed_on, is_tail, tail_views
+from perfkit.analyses.release import (
+    ReleaseCorrelation,
+    Shift,
+    at_deploy,
+    blamed_on,
+    is_mean,
+    is_tail,
+    tail_views,
+)
 from perfkit.analyses.stages import PREFILL_STAND_IN
 from perfkit.core.frames import iso, utc
 from perfkit.engine import dialects
+from perfkit.engine.dialects import BY_NAME
 from perfkit.triage import thresholds as T
 from perfkit.triage.conditions import (
     chunked_prefill_off,
@@ -29,7 +38,7 @@ from perfkit.triage.conditions import (
     whole_prompt_prefills,
 )
 from perfkit.triage.evidence import Evidence
-from perfkit.triage.gaps import absent, cannot, lacking
+from perfkit.triage.gaps import CANNOT, absent, cannot, lacking
 from perfkit.triage.quantities import value
 from perfkit.triage.row_types import (
     ABSENT,
@@ -484,7 +493,7 @@ def verify_deploy(ev: Evidence) -> Verification:
     tail quantiles moved that long prompts (or a p95's ordinary wander) explain."""
     rel = ev.release
     s = rel.suspect
-    numbers = {
+    numbers: dict[str, Any] = {
         "suspect_version": rel.suspect_version,
         "shifts": [x.as_dict() for x in rel.shifts if x.aligned_event],
         "cleared": rel.cleared,
@@ -509,6 +518,39 @@ def verify_deploy(ev: Evidence) -> Verification:
             f"{x.rel_change:+.0%} at the same time",
             numbers,
             cuts_of(t),
+        )
+    # Only a mean shifted at the deploy (an engine with no latency histogram: Triton's E2E from its
+    # counters): a mean moves with a few slow requests (a new tenant's long prompts) as much as with a
+    # slower median request, so alone it cannot blame the deploy; with the requests' mix unchanged at
+    # the deploy (tokens per request, where the engine counts them) no new mix moved it
+    means = [name for name in s.get("series", []) if is_mean(name)]
+    if means and len(means) == len(s.get("series", [])):
+        d = BY_NAME.get(ev.serving_engine or "")
+        engine = d.title if d is not None else "this engine"
+        steady = at_most(value(ev, "mix_rise_at_deploy"), "MIX_STEADY")
+        moved = ", ".join(f"{k} {v:+.0%}" for k, v in rel.mix.items())
+        what = f"{s['version'] or s['detail']} lines up with a shift of {', '.join(means)} only"
+        numbers["mix_at_deploy"] = dict(rel.mix)
+        if steady:
+            return Verification(
+                "confirmed",
+                f"{', '.join(means)} shifted at the {s['kind']} of {s['version'] or s['detail']} ({s['ts']}) "
+                f"while the requests' mix held ({moved}): judged on means, {engine} exports no latency "
+                "histogram",
+                numbers,
+                cuts_of(steady, *(negate(t) for _, t in load_shifts)),
+            )
+        because = (
+            f"the requests' mix moved with it ({moved})"
+            if rel.mix
+            else "it counts no tokens per request to show the requests' mix held"
+        )
+        return Verification(
+            "inconclusive",
+            f"{CANNOT}{engine}: it exports no latency histogram, only means, and {what}: a mean moves with a "
+            f"few slow requests as much as with a slower median request, and {because}",
+            numbers,
+            cuts_of(steady, *(negate(t) for _, t in load_shifts)),
         )
     # Only tail quantiles shifted at the deploy: no median request moved. While long prompts became
     # a real share of the traffic, a tail shift is what they do to everyone batched with them; and a

@@ -275,6 +275,12 @@ _q(
     _sides_ratio(lambda ev: ev.interference.long_share, T.LONG_SHARE_FLOOR),
 )
 _q(
+    "mix_rise_at_deploy",
+    "where the suspect deploy is blamed on a mean alone: how much the mean prompt or output tokens per "
+    "request rose at it, the larger of the two (0 where both fell: a lighter mix raises no mean; None: not read)",
+    lambda ev: max((max(v, 0.0) for v in ev.release.mix.values()), default=None),
+)
+_q(
     "corr_long_vs_stalls",
     "the correlation of long-prompt arrivals with stalls in two-minute bins",
     lambda ev: ev.interference.correlation,

@@ -329,7 +329,7 @@ ROWS: tuple[Row, ...] = (
         detect_deploy,
         verify_deploy,
         workload="any",
-        reads=_LONG_READS,
+        reads=(*_LONG_READS, "mix_rise_at_deploy"),
         decides=(
             "SHIFT_SCORE",
             "MIN_REL_CHANGE",
@@ -339,6 +339,7 @@ ROWS: tuple[Row, ...] = (
             *_LONG_ROSE,
             "MEDIAN_FINE_RATIO",
             "DEPLOY_TAIL_VIEWS",
+            "MIX_STEADY",
         ),  # fmt: skip
         explains=("decode_efficiency", "kv_cache_allocation", "scheduler_queueing"),
         figure=Figure("Shift at the suspect deploy"),

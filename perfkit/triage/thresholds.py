@@ -131,6 +131,17 @@ windows rests on a handful of requests; on an ordinary afternoon its level wande
 decoy-deploy control shows single p95 shifts of +30-40 % at a harmless deploy). A regression in the
 serving path slows the median request, or more than one stage of the slow ones. (A count: the cut
 sits between integers.)"""
+MIX_STEADY = 0.07
+"""A deploy blamed on a mean alone (an engine with no latency histogram: Triton's E2E mean from its
+counters) holds only where the requests' mix did not grow at it: the mean prompt and output tokens per
+request each at most 7 % above their level before (a lighter mix raises no mean). A request's time
+grows with its tokens, and a few long prompts stall the requests batched with them, so a heavier mix
+moves the E2E mean about three times as much as the tokens per request (a batch tenant's 1 % of very
+long prompts: +11-12 % prompt tokens per request, +34 % E2E mean); a rise within 7 % explains about
+20 %, the least a shift must be (``changepoints.MIN_REL_CHANGE``), so a shift at the deploy well past
+that is not the mix's. Against noise: the level of a side is the median of its steps' means, each over
+a few hundred heavy-tailed prompts, and an unchanged mix moves it -3 to +5 % (ten seeds of the
+release regression told by Triton)."""
 
 # -- GPU and host --------------------------------------------------------------------------
 GPU_LOW_UTIL_PCT = 50.0  # DCGM_FI_DEV_GPU_UTIL average under 50 % during a training/serving incident

@@ -57,10 +57,10 @@ MUTATIONS: list[Mutation] = [
         "a scheduler queue holding 96 % of TTFT would no longer be confirmed",
     ),
     M(
-        "verdict-weights-swapped",
-        "perfkit/triage/thresholds.py",
-        'VERDICT_WEIGHT = {"confirmed": 1.0, "inconclusive": 0.45, "ruled_out": 0.1}',
-        'VERDICT_WEIGHT = {"confirmed": 0.1, "inconclusive": 0.45, "ruled_out": 1.0}',
+        "verdict-ranks-swapped",
+        "perfkit/triage/table.py",
+        'VERDICT_RANK = {"confirmed": 0, "inconclusive": 1, "ruled_out": 2}',
+        'VERDICT_RANK = {"confirmed": 0, "inconclusive": 2, "ruled_out": 1}',
         (
             "tests/triage/test_coherence.py::test_no_two_statements_contradict[surge-overlapping-deploy]",
             "tests/triage/test_coherence.py::test_no_two_statements_contradict[decode-slow-node-swap]",

@@ -17,10 +17,11 @@ from perfkit.triage.table import triage_bundle
 pytestmark = pytest.mark.slow
 
 
-def told(tmp_path_factory, scenario: str, dialect: str):
+def told(tmp_path_factory, scenario: str, dialect: str, seed: int | None = None):
     factory, _ = base_specs()[scenario]
     out = tmp_path_factory.mktemp(f"{scenario}-{dialect}") / "b"
-    generate(replace(factory(), dialect=dialect), out)
+    spec = replace(factory(), dialect=dialect)
+    generate(replace(spec, seed=seed) if seed is not None else spec, out)
     result = triage_bundle(out)
     assert result.top is not None and result.top.row.workload in ("serving", "any"), result.top.row.direction
     return result
@@ -82,3 +83,43 @@ def test_a_lost_prefix_cache_on_tgi_is_not_ruled_out_by_a_calm_kv_cache(tmp_path
         "cannot check on Hugging Face TGI: it exports no prefix-cache hit counter"
     )
     assert result.confirmed() == []
+
+
+def test_a_release_regression_on_tgi_shows_in_the_medians_it_has(tmp_path_factory):
+    """TGI has no TTFT or inter-token histogram: release correlation watches its per-request TPOT and
+    E2E medians, so a slower median request still blames the deploy (not only an E2E p95 shift, which
+    alone is within a p95's wander)."""
+    result = told(tmp_path_factory, "release-regression", "tgi")
+    deploy = row(result, "release_regression")
+    assert deploy.verification.verdict == "confirmed" and result.top is deploy, deploy.verification.why
+    assert result.suspect_version == "v2.4.0"
+    assert {"TPOT p50", "E2E p50"} & set(result.to_json()["directions"][0]["verification"]["why"].split(", "))
+
+
+def test_a_deploy_on_triton_is_not_blamed_on_a_mean_the_new_mix_moved(tmp_path_factory):
+    """Triton's latencies are means from its counters: a mean moves with a new tenant's long prompts as
+    much as with a regression, so the decoy deploy that coincides with the tenant is not confirmed (seed
+    1963930171 at ``--seed-base 1739570715``: the deploy was confirmed on its E2E mean alone). Its
+    token histograms show the mix grew at the deploy: the prompt tokens per request rose past the cut."""
+    result = told(tmp_path_factory, "tail-interference-batch-tenant", "triton", seed=1963930171)
+    assert result.confirmed() == []
+    deploy = row(result, "release_regression")
+    assert deploy.verification.why.startswith(
+        "cannot check on Triton (TensorRT-LLM backend): it exports no latency histogram, only means"
+    )
+    mix = deploy.verification.numbers["mix_at_deploy"]
+    assert mix["prompt tokens per request"] > 0.07  # the tenant's long prompts
+    assert "the requests' mix moved with it" in deploy.verification.why
+
+
+def test_a_release_regression_on_triton_is_blamed_on_its_mean_where_the_mix_held(tmp_path_factory):
+    """The same E2E-mean shift at a deploy with the tokens per request unchanged: no new mix moved it,
+    so the deploy is confirmed, judged on means and saying so."""
+    result = told(tmp_path_factory, "release-regression", "triton")
+    deploy = row(result, "release_regression")
+    assert deploy.verification.verdict == "confirmed" and result.top is deploy, deploy.verification.why
+    assert result.suspect_version == "v2.4.0"
+    assert "judged on means" in deploy.verification.why
+    mix = deploy.verification.numbers["mix_at_deploy"]
+    assert set(mix) == {"prompt tokens per request", "output tokens per request"}
+    assert all(abs(v) < 0.07 for v in mix.values()), mix
