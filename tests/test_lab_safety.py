@@ -265,3 +265,40 @@ def test_real_prometheus_records_what_it_started_and_lab_down_stops_it(tmp_path:
         identity = process_identity(server.pid)
         if identity and identity[0] == server.cmdline:
             os.kill(server.pid, 9)
+
+
+def test_a_server_still_there_after_sigkill_is_said_and_its_state_kept(
+    spawn, tmp_path: Path, monkeypatch
+) -> None:
+    """A process inside an uninterruptible write dies only when the write returns: SIGKILL's wait can
+    run out. ``lab down`` then says so and keeps the state (a later ``lab down`` finds it again), not
+    "stopped". Stood in for by a process whose exit the wait never sees (no process outlives SIGKILL
+    on demand)."""
+    from click.testing import CliRunner
+
+    from perfkit.app.cli.main import cli
+    from perfkit.lab import processes
+
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    stubborn = stand_in(
+        spawn,
+        "prometheus",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        code=code,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == "up\n"
+    monkeypatch.setattr(processes, "exited", lambda pid, started: False)
+    monkeypatch.setattr(processes, "KILL_WAIT_S", 0.3)
+    server = forged(stubborn.pid, tmp_path, **identity_of(stubborn))
+    lab = tmp_path / "lab" / "prometheus-x"
+    lab.mkdir(parents=True)
+    (lab / "state.json").write_text(json.dumps(server.as_dict()))
+    monkeypatch.setenv("PERFKIT_LAB_DIR", str(tmp_path / "lab"))
+    res = CliRunner().invoke(cli, ["lab", "down", "prometheus-x"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert (
+        "still running 0.3 s after SIGKILL; its state is kept" in res.output and "stopped" not in res.output
+    )
+    assert (lab / "state.json").exists()

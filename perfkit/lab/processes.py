@@ -122,6 +122,37 @@ def exited(pid: int, started: int | None) -> bool:
     return identity is None or (started is not None and identity[1] != started)
 
 
+KILL_WAIT_S = 30.0
+"""How long a process may take to go after SIGKILL: it cannot be caught, but a process inside an
+uninterruptible write (a TSDB flushing to a slow disk on a loaded machine) dies only when that returns."""
+
+
+class DidNotExit(RuntimeError):
+    """A process perfkit started and signalled was still there :data:`KILL_WAIT_S` after SIGKILL:
+    its state is kept, so a later stop finds it again."""
+
+
+def terminate(handle: int | None, pid: int, started: int | None, first: int, timeout_s: float) -> bool:
+    """Send ``first``, wait up to ``timeout_s`` for the process (``pid``, started at ``started``) to
+    exit, then SIGKILL it and wait up to :data:`KILL_WAIT_S`. True once it has exited, False when it
+    was already gone before ``first``; :class:`DidNotExit` when it is still there after SIGKILL's wait
+    (said, not assumed stopped)."""
+    if not send_signal(handle, pid, first):
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if exited(pid, started):
+            return True
+        time.sleep(0.05)
+    send_signal(handle, pid, signal.SIGKILL)
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline:
+        if exited(pid, started):
+            return True
+        time.sleep(0.02)
+    raise DidNotExit(f"pid {pid} was still running {KILL_WAIT_S:g} s after SIGKILL; its state is kept")
+
+
 def spawned_identity(proc: subprocess.Popen) -> tuple[list[str], int | None]:
     """The identity of a process we just spawned, read once its exec is complete (Popen can
     return while the kernel is still laying out the new argv); argv as passed if it cannot be read."""

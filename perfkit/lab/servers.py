@@ -26,14 +26,14 @@ from pathlib import Path
 import requests
 
 from perfkit.errors import ConfigError, SourceError
+from perfkit.lab.processes import DidNotExit as DidNotExit
 from perfkit.lab.processes import NotOurProcess as NotOurProcess
-from perfkit.lab.processes import exited as _exited
 from perfkit.lab.processes import identity_refusal as identity_refusal
 from perfkit.lab.processes import pidfd as _pidfd
 from perfkit.lab.processes import process_identity as process_identity
 from perfkit.lab.processes import reap as _reap
-from perfkit.lab.processes import send_signal as _signal
 from perfkit.lab.processes import spawned_identity as _spawned
+from perfkit.lab.processes import terminate as _terminate
 
 ENGINES = {
     "prometheus": ("prometheus", "apt-get install -y --no-install-recommends prometheus"),
@@ -103,18 +103,7 @@ class LabServer:
             refusal = self._refusal(*identity)
             if refusal:
                 raise NotOurProcess(refusal)
-            if not _signal(handle, self.pid, signal.SIGTERM):
-                return False
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                if _exited(self.pid, identity[1]):
-                    return True
-                time.sleep(0.05)
-            _signal(handle, self.pid, signal.SIGKILL)
-            deadline = time.monotonic() + 5.0
-            while not _exited(self.pid, identity[1]) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            return True
+            return _terminate(handle, self.pid, identity[1], signal.SIGTERM, timeout_s)
         finally:
             if handle is not None:
                 os.close(handle)
@@ -487,18 +476,7 @@ class Spawned:
             refusal = self._refusal(*identity)
             if refusal:
                 raise NotOurProcess(refusal)
-            if not _signal(handle, self.pid, first):
-                return False
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                if _exited(self.pid, identity[1]):
-                    return True
-                time.sleep(0.05)
-            _signal(handle, self.pid, signal.SIGKILL)
-            deadline = time.monotonic() + 5.0
-            while not _exited(self.pid, identity[1]) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            return True
+            return _terminate(handle, self.pid, identity[1], first, timeout_s)
         finally:
             if handle is not None:
                 os.close(handle)

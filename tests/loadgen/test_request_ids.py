@@ -13,6 +13,8 @@ from perfkit.lab.serve import ReferenceServer, ServeConfig, serving
 from perfkit.loadgen.bench import BenchOptions, run_bench
 from perfkit.loadgen.shapes import concurrency_plan
 
+SLACK_S = 0.001  # a write's own time between the bytes leaving and the writer's stamp
+
 
 def test_the_servers_timing_log_joins_the_records(tmp_path):
     log = tmp_path / "server.tsv"
@@ -32,10 +34,14 @@ def test_the_servers_timing_log_joins_the_records(tmp_path):
     assert sorted(server) == sorted(table["i"]) == list(range(24))
     for i, ttft in zip(table["i"], table["ttft_s"], strict=True):
         # the server waits 30 ms from arrival (never less; more only when a loaded machine delays it);
-        # the client saw at least that. Each request of the closed loop of 4 is sent ~55 ms after
+        # the client saw about that. Each request of the closed loop of 4 is sent ~55 ms after
         # the one before it on its slot, so a request joined to another's line breaks these bounds.
+        # Each side stamps just after its own write returns (the server after `await resp.write`,
+        # the client in aiohttp's on_request_chunk_sent), so the other process, on its own core, can
+        # read those bytes first: seen once in CI, 0.12 ms. SLACK_S allows for that write, at a
+        # fiftieth of the spacing that tells two requests apart.
         assert 0.030 <= server[i] < 0.080
-        assert 0.0 <= ttft - server[i] < 0.030
+        assert -SLACK_S <= ttft - server[i] < 0.030
     # one clock on both sides: the client's send precedes the server's read of it
     origin = doc["meta"]["clock_origin_s"]
     sent = pq.read_table(tmp_path / doc["records"], columns=["i", "sent_s"]).to_pydict()
@@ -43,7 +49,7 @@ def test_the_servers_timing_log_joins_the_records(tmp_path):
         int(ln.split("\t")[0][len(prefix) :]): float(ln.split("\t")[1]) for ln in log.read_text().splitlines()
     }
     for i, s in zip(sent["i"], sent["sent_s"], strict=True):
-        assert 0.0 <= arrivals[i] - (origin + s) < 0.030
+        assert -SLACK_S <= arrivals[i] - (origin + s) < 0.030
 
 
 def test_two_runs_do_not_share_request_ids(tmp_path):

@@ -106,7 +106,7 @@ def lab_up(bundle: str, engine: str, port: int, scope: str, hosts: str) -> None:
 @click.argument("names", nargs=-1)
 def lab_down(names: tuple[str, ...]) -> None:
     """Stop lab servers by the PID recorded when they started (all of them without NAMES)."""
-    from perfkit.lab.servers import LabServer, NotOurProcess
+    from perfkit.lab.servers import DidNotExit, LabServer, NotOurProcess
 
     root = _lab_dir()
     states = sorted(root.glob("*/state.json")) if root.exists() else []
@@ -131,10 +131,13 @@ def lab_down(names: tuple[str, ...]) -> None:
             was_running = server.stop()
         except NotOurProcess as err:
             click.echo(f"{state.parent.name}: {err}; removed its stale state")
+        except DidNotExit as err:
+            click.echo(f"{state.parent.name}: {err}")
+            continue
         else:
             click.echo(
                 f"stopped {state.parent.name} (pid {server.pid})"
                 if was_running
                 else f"{state.parent.name} was not running (pid {server.pid}); removed its state"
             )
-        state.unlink()  # in every case: our server cannot be running under that PID any more
+        state.unlink()  # our server cannot be running under that PID any more

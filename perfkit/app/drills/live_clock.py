@@ -182,7 +182,7 @@ def stop_processes(folder: Path, state: dict[str, Any], say: Any, skip: tuple[st
     this drill's (:func:`_ours`); ``skip``: keys left running. True when an entry was malformed."""
     import signal
 
-    from perfkit.lab.servers import NotOurProcess
+    from perfkit.lab.servers import DidNotExit, NotOurProcess
 
     procs = state.get("processes")
     if not isinstance(procs, dict):
@@ -203,7 +203,7 @@ def stop_processes(folder: Path, state: dict[str, Any], say: Any, skip: tuple[st
                 was = proc.stop(timeout_s=15.0, first=signal.SIGINT)
             else:
                 was = proc.stop(timeout_s=10.0)
-        except NotOurProcess as exc:
+        except (NotOurProcess, DidNotExit) as exc:
             say(f"{key}: {exc}")
             continue
         say(f"stopped {key} (pid {proc.pid})" if was else f"{key} was not running (pid {proc.pid})")
