@@ -102,6 +102,11 @@ class SloRow:
         """Whether the incident window reached the target (None when it cannot be told)."""
         return _met(self.incident, self.target)
 
+    @property
+    def met_baseline(self) -> bool | None:
+        """Whether the baseline window reached the target (None without a baseline, or undecided)."""
+        return _met(self.baseline, self.target) if self.baseline else None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "slo": self.key,
@@ -112,7 +117,7 @@ class SloRow:
             "baseline": self.baseline.as_dict() if self.baseline else None,
             "incident": self.incident.as_dict(),
             "met": self.met,
-            "met_baseline": _met(self.baseline, self.target) if self.baseline else None,
+            "met_baseline": self.met_baseline,
         }
 
 

@@ -43,6 +43,7 @@ SECTION_KEYS = (
     "completeness",
     "changes",
     "baseline",
+    "impact",
     "stages",
     "training",
     "triage",
@@ -78,11 +79,15 @@ class PostmortemModel(TypedDict, total=False):
     service: str
     model: str | None
     status: str  # draft
-    severity: str  # SEV-1 .. SEV-3, from SLO breach size
+    severity: str  # SEV-2 .. SEV-4, from the SLO breaches the incident caused (findings.impact)
+    severity_basis: list[str]  # the SLO metrics that set it ("ttft_p95"); empty when none did
+    severity_why: str
+    pre_existing: list[str]  # breaches already there in the baseline, one sentence each
+    impact_span: dict[str, str | None]  # {"start", "end"}: the caused breaches' onset and recovery
     window: dict[str, str]
     baseline: dict[str, str]
     summary: str  # 2-4 sentences
-    impact: Table  # metric | baseline | incident | change | SLO
+    impact: Table  # metric | baseline | incident | change | SLO | breach
     detection: str
     trigger: str  # release correlation in words
     stages: str  # per-stage analysis in words (tables/figures come from the stages finding)

@@ -19,7 +19,7 @@ from perfkit.report.notebook import REDACTED, ExecutedNotebook, redact_text
 from perfkit.triage.workload_notes import about_rows
 
 #: Findings shown in their own section; every other finding goes to the appendix.
-SECTION_FINDINGS = ("changes", "stages", "gpu", "cost", "postmortem")
+SECTION_FINDINGS = ("impact", "changes", "stages", "gpu", "cost", "postmortem")
 #: A training job's postmortem shows its step breakdown (the ``train_*`` gauges, the profiler
 #: traces per rank, the scaling between phases) where an inference one shows latency stages, its
 #: efficiency and memory beside the GPU state, and its training cost as the cost
@@ -90,6 +90,9 @@ class Document:
     summary_items: list[FindingView]
     impact: dict[str, Any] | None
     detection: str
+    slo_impact: FindingView | None  # the impact finding: per SLO, attainment, minutes and requests over
+    pre_existing: list[str]  # breaches already there in the baseline (perfkit's own sentences)
+    impact_span: str  # "start → end" of the breaches the incident caused
     trigger: str
     changes: FindingView | None
     stages_text: str
@@ -200,6 +203,9 @@ def build_document(nb: ExecutedNotebook, *, now: datetime | None = None) -> Docu
         summary_items=[] if complete else _ordered([v for k, v in views.items() if k != "postmortem"]),
         impact=_table(model.get("impact")),
         detection=_text(model.get("detection")),
+        slo_impact=None if training else views.get("impact"),
+        pre_existing=[_text(t) for t in model.get("pre_existing") or [] if isinstance(t, str)],
+        impact_span=span_text(model.get("impact_span")),
         trigger=_text(model.get("trigger")),
         changes=views.get("changes"),
         stages_text=_text(model.get("stages")),
@@ -220,6 +226,14 @@ def build_document(nb: ExecutedNotebook, *, now: datetime | None = None) -> Docu
         gpu_more=gpu_more,
         triage_na=[r for r in rows if r["applies"] == "no"],
     )
+
+
+def span_text(span: Any) -> str:
+    """The impact's onset and recovery in words ("" when no breach of the incident's was timed)."""
+    if not isinstance(span, Mapping) or not span.get("start"):
+        return ""
+    end = _text(span.get("end")) or "still on at the window's end"
+    return f"{_text(span.get('start'))} → {end}"
 
 
 def scope_text(scope: Mapping[str, Any]) -> str:

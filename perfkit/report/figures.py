@@ -90,7 +90,8 @@ def mark_events(
         )
 
 
-def mark_slo(fig: go.Figure, slo: float | None, label: str = "SLO") -> None:
+def mark_slo(fig: go.Figure, slo: float | None, label: str = "SLO", *, text: str | None = None) -> None:
+    """A dashed line at ``slo``, labelled ``"<label> <slo>"`` (or ``text``)."""
     if slo is None:
         return
     fig.add_shape(
@@ -108,7 +109,7 @@ def mark_slo(fig: go.Figure, slo: float | None, label: str = "SLO") -> None:
         xref="paper",
         y=slo,
         yref="y",
-        text=f"{label} {slo:g}",
+        text=text or f"{label} {slo:g}",
         showarrow=False,
         xanchor="right",
         yanchor="bottom",

@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 
 from perfkit.analyses.baseline import BaselineComparison
+from perfkit.analyses.impact import Impact
 from perfkit.analyses.release import ReleaseCorrelation
 from perfkit.analyses.stages import StageBreakdown
 from perfkit.core.findings import ActionItem, PostmortemModel, Table, TimelineRow
@@ -57,6 +58,52 @@ def _fmt_s(v: float | None) -> str:
     return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
 
 
+def _breach_text(breach: bool | None, judged: Any) -> str:
+    """The impact table's breach cell: whether the incident made the breach or found it there."""
+    if not breach:
+        return ""
+    if judged is None or not judged.pre_existing:
+        return "BREACH"
+    return "BREACH (worse than before)" if judged.caused == "worse" else "breached before too"
+
+
+def _impact_sentence(impact: Impact) -> str:
+    """The summary's impact in SLO terms: what the incident caused, then what was there before."""
+    caused = [s for s in impact.slos if s.caused]
+    labels = {s.metric: s.label for s in impact.slos}
+    if not caused:
+        met = all(s.incident_met for s in impact.slos)
+        text = (
+            f"All {len(impact.slos)} SLOs met in the incident window" if met else "No SLO breach of its own"
+        )
+        text += f" ({impact.severity.level}: {impact.severity.why})."
+    else:
+        bits = []
+        for s in caused:
+            bit = f"{s.label} over its {_fmt_s(s.slo_s)} SLO"
+            if s.minutes_over is not None and s.minutes_measured:
+                bit += f" for {s.minutes_over} of {s.minutes_measured} min"
+            if s.requests_over is not None:
+                bit += (
+                    f" (~{s.requests_over:,.0f} requests, {100 * (1 - (s.incident_attainment or 0)):.1f} %)"
+                )
+            if s.caused == "worse":
+                bit += ", already breached before and made worse"
+            bits.append(bit)
+        text = (
+            f"Impact ({impact.severity.level}, set by {', '.join(labels[m] for m in impact.severity.basis)}): "
+            + "; ".join(bits)
+            + "."
+        )
+    if pre := [s for s in impact.pre_existing() if s.caused != "worse"]:
+        text += (
+            " Already breached before the incident: "
+            + ", ".join(f"{s.label} ({_fmt_s(s.baseline_quantile_s)} against {_fmt_s(s.slo_s)})" for s in pre)
+            + "."
+        )
+    return text
+
+
 def build(
     incident: Incident,
     *,
@@ -71,10 +118,13 @@ def build(
     restarts: list[dict[str, Any]] | None = None,
     job: JobTerms | None = None,
     predicted_fix: str | None = None,
+    impact: Impact | None = None,
 ) -> PostmortemModel:
     """The postmortem's document model. ``job``: a training job's impact in its own terms (step
     time, tokens/s, MFU, time lost; :mod:`perfkit.report.training_view`) in place of the latency
-    quantiles, its per-rank and per-phase breakdown in place of the latency stages."""
+    quantiles, its per-rank and per-phase breakdown in place of the latency stages. ``impact``: the
+    SLOs' impact (:mod:`perfkit.analyses.impact`), which sets the severity from what the incident
+    caused and tells a breach that was there before from one it made."""
     top = triage.top if triage else None
     confirmed = triage.confirmed() if triage else []
     head = base.headline() if base else None
@@ -84,6 +134,7 @@ def build(
     missing = [m for m in missing if not about_rows(m, na, workload)]  # the other workload's: no gaps
 
     # impact table: the rows with an SLO or a large change
+    judged = {s.label: s for s in impact.slos} if impact else {}
     impact_rows: list[list[Any]] = []
     if base:
         for r in base.rows:
@@ -96,7 +147,7 @@ def build(
                         r.shown(1, _fmt_s),
                         r.ratio_text,
                         _fmt_s(r.slo) if r.slo is not None else "",
-                        "BREACH" if r.breach else "",
+                        _breach_text(r.breach, judged.get(r.metric)),
                     ]
                 )
         for name in ("requests_per_s", "generated_tokens_per_s", "errors_per_s", "waiting_avg"):
@@ -112,24 +163,41 @@ def build(
                         "",
                     ]
                 )
-    breached = [r for r in (base.rows if base else []) if r.breach]
-    severity = "SEV-3"
-    if any((r.incident or 0) >= 2 * (r.slo or float("inf")) for r in breached):
-        severity = "SEV-2"
-    elif not breached:
-        severity = "SEV-4"
+    if impact is not None and impact.slos:
+        sev = impact.severity
+        severity, basis, severity_why = sev.level, list(sev.basis), sev.why
+    else:  # no SLO histogram: the baseline table's quantiles against their SLOs
+        breached = [r for r in (base.rows if base else []) if r.breach]
+        severity = "SEV-3"
+        if any((r.incident or 0) >= 2 * (r.slo or float("inf")) for r in breached):
+            severity = "SEV-2"
+        elif not breached:
+            severity = "SEV-4"
+        basis = [r.metric for r in breached]
+        severity_why = "quantiles against their SLOs (no SLO attainment from histograms)"
+    pre_existing = impact.pre_existing_text() if impact is not None else []
     if job is not None:
         impact_rows, severity = [list(r) for r in job.impact["rows"]], job.severity
+        basis, severity_why, pre_existing = [], "the job's own terms (time lost)", []
 
-    ttft_series = release.series.get("TTFT p95") if release else None
-    after = incident.baseline.end if incident.baseline else incident.window.start
-    breach_start, breach_end = breach_interval(ttft_series, slo.get("ttft_p95_s"), after)
+    caused = [s for s in impact.slos if s.caused and s.start] if impact is not None and job is None else []
+    if caused:  # the breaches the incident caused: their onset and recovery
+        breach_start, breach_end = impact.start if impact else None, impact.end if impact else None
+        breach_what = ", ".join(s.label for s in caused)
+    else:
+        ttft_series = release.series.get("TTFT p95") if release else None
+        after = incident.baseline.end if incident.baseline else incident.window.start
+        breach_start, breach_end = breach_interval(ttft_series, slo.get("ttft_p95_s"), after)
+        breach_what = "TTFT p95"
 
     # summary
     parts = [
         f"{incident.service} ({incident.model or 'model n/a'}) between {iso(incident.window.start)} and "
         f"{iso(incident.window.end)}:"
     ]
+    healthy = impact is not None and impact.slos and job is None and not any(s.caused for s in impact.slos)
+    if healthy and impact is not None:  # said first: what a reader needs before any ratio
+        parts.append(_impact_sentence(impact))
     if job is not None and job.headline:
         parts.append(job.headline)
     elif head and head.ratio:
@@ -137,6 +205,8 @@ def build(
             f"{head.metric} was {head.shown(1, _fmt_s)} against {head.shown(0, _fmt_s)} in the baseline "
             f"({head.ratio_text})."
         )
+    if impact is not None and impact.slos and job is None and not healthy:
+        parts.append(_impact_sentence(impact))
     if top and top.verification.verdict == "confirmed":
         parts.append(f"Most likely direction: {top.row.direction} (confirmed: {top.verification.why}).")
     elif top and top.score > 0:
@@ -157,11 +227,13 @@ def build(
             lag = (
                 row["ts"] - datetime.fromisoformat(breach_start.replace("Z", "+00:00"))
             ).total_seconds() / 60
-            detection += f" The TTFT p95 SLO breach began at {breach_start}, {lag:.0f} min before."
+            detection += f" The SLO breach ({breach_what}) began at {breach_start}, {lag:.0f} min before."
     else:
         detection = "No alert fired in the incident window (no alert events recorded)."
         if breach_start:
-            detection += f" The TTFT p95 SLO breach began at {breach_start}: an alert on it would have paged."
+            detection += (
+                f" The SLO breach ({breach_what}) began at {breach_start}: an alert on it would have paged."
+            )
 
     triage_checked: list[dict[str, Any]] = []
     if triage:
@@ -210,18 +282,42 @@ def build(
     for rs in restarts or []:  # from the completeness check: counter resets, series under a new instance
         what = f"restart of the {rs.get('source')} ({rs.get('how')}, {rs.get('series')} series)"
         timeline.append({"ts": str(rs.get("ts")), "event": what, "source": "completeness"})
-    if breach_start:
-        timeline.append(
-            {"ts": breach_start, "event": f"TTFT p95 above SLO {slo.get('ttft_p95_s')} s", "source": "slo"}
-        )
-    if breach_end:
-        timeline.append({"ts": breach_end, "event": "TTFT p95 back under SLO", "source": "slo"})
+    if caused:
+        for s_ in caused:
+            assert s_.start is not None
+            edge = " (already at the window's start)" if s_.start_at_edge else ""
+            what = (
+                f"{s_.label} above its usual {_fmt_s(s_.baseline_quantile_s)} (over its SLO "
+                f"{_fmt_s(s_.slo_s)} before too)"
+                if s_.caused == "worse"
+                else f"{s_.label} above its SLO {_fmt_s(s_.slo_s)}"
+            )
+            timeline.append({"ts": s_.start, "event": what + edge, "source": "slo"})
+            if s_.end:
+                back = "back to its usual level" if s_.caused == "worse" else "back under its SLO"
+                timeline.append({"ts": s_.end, "event": f"{s_.label} {back}", "source": "slo"})
+    else:
+        if breach_start:
+            timeline.append(
+                {
+                    "ts": breach_start,
+                    "event": f"TTFT p95 above SLO {slo.get('ttft_p95_s')} s",
+                    "source": "slo",
+                }
+            )
+        if breach_end:
+            timeline.append({"ts": breach_end, "event": "TTFT p95 back under SLO", "source": "slo"})
     timeline.sort(key=lambda r: r["ts"])
 
     actions: list[ActionItem] = []
     if confirmed:
         c = confirmed[0]
-        action = c.row.next_step + (f" ({predicted_fix})" if predicted_fix else "")
+        # the replay's recommended setting replaces the row's general advice (one command, not two)
+        action = (
+            f"{c.row.direction}: {predicted_fix}; confirm it in a replayed load test before it ships"
+            if predicted_fix
+            else c.row.next_step
+        )
         actions.append({"action": action, "type": "mitigate", "priority": "P0", "owner": "service owner"})
         if c.row.action:
             actions.append(
@@ -258,6 +354,10 @@ def build(
         "model": incident.model,
         "status": "draft",
         "severity": severity,
+        "severity_basis": basis,
+        "severity_why": severity_why,
+        "pre_existing": pre_existing,
+        "impact_span": {"start": breach_start, "end": breach_end},
         "window": incident.window.as_dict(),
         "baseline": incident.baseline.as_dict() if incident.baseline else {},
         "summary": " ".join(parts),

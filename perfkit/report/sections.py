@@ -271,6 +271,50 @@ def baseline_section(res: Any) -> Section:
     return Section(f, table, fig)
 
 
+def impact_section(res: Any) -> Section:
+    """Impact in SLO terms (:mod:`perfkit.analyses.impact`): per SLO, attainment on both sides,
+    minutes and requests over, budget burn; the severity and its basis; breaches there before.
+    The figure: each breached SLO's per-minute quantile as a multiple of its bound (one axis, one
+    SLO line at 1), baseline and incident windows, gaps left open."""
+    sev = res.severity
+    table = res.table()
+    drawn = {k: v for k, v in res.series.items() if any(s.breached and k == s.metric for s in res.slos)}
+    fig = None
+    if drawn:
+        labels = {s.metric: s.label for s in res.slos}
+        fig = figures.timeseries(
+            {labels.get(k, k): v for k, v in drawn.items()},
+            title="Breached SLOs: per-minute quantile over its bound",
+            ytitle="× its SLO bound",
+            window=res.window,
+            baseline=res.baseline,
+        )
+        figures.mark_slo(fig, 1.0, text="the SLO's bound")
+        fig.update_traces(connectgaps=False)
+        peak = max((float(v.max()) for v in (f["value"].drop_nulls() for f in drawn.values()) if v.len()), default=1.0)  # fmt: skip
+        if peak > 20:  # a tail at 50x its bound would flatten the rest: log scale
+            fig.update_yaxes(type="log")
+    status = {"SEV-2": "critical", "SEV-3": "critical", "SEV-4": "ok"}.get(sev.level, "missing")
+    f = Finding(
+        "impact",
+        "Impact in SLO terms",
+        res.summary(),
+        status=status if res.slos else "missing",
+        data=res.as_dict(),
+        table=table_from_frame(table),
+        figure=_fig_json(fig) if fig is not None else None,
+        figure_caption=(
+            "histogram_quantile(q, sum by (le) (rate(bucket[1m]))) each minute, divided by the SLO's bound: "
+            "above 1 the minute breached; a gap is a minute without data"
+            if fig is not None
+            else None
+        ),
+        missing=list(res.missing),
+        queries=list(dict.fromkeys(res.queries)),
+    )
+    return Section(f, table, fig)
+
+
 def stages_section(res: Any) -> Section:
     """A per-stage breakdown: mean and p95 time to first token by stage, baseline vs incident."""
     table = res.table()

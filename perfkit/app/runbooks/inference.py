@@ -27,6 +27,7 @@ __all__ = [
     "cost",
     "findings",
     "gpu",
+    "impact",
     "open_incident",
     "predicted_fix",
     "resolve_bundle",
@@ -109,6 +110,24 @@ def baseline(ctx: Context) -> Section:
     assert inc is not None
     res = ctx.need("baseline", lambda: compare(ctx.engine, inc.window, inc.baseline, inc.slo))
     return with_attainment_and_bench(ctx, show.baseline_section(res))  # SLO attainment, `bench_result`
+
+
+@section("impact", "Impact in SLO terms")
+def impact(ctx: Context) -> Section:
+    """Per SLO: attainment before and during, minutes and requests over, budget burned, whether the
+    breach was there before; the severity from what the incident caused (:mod:`perfkit.analyses.impact`)."""
+    from perfkit.analyses.baseline import compare
+    from perfkit.analyses.impact import assess
+    from perfkit.analyses.slo import attainment
+
+    inc = ctx.incident
+    assert inc is not None
+    base = ctx.need("baseline", lambda: compare(ctx.engine, inc.window, inc.baseline, inc.slo))
+    slo = ctx.need("slo_attainment", lambda: attainment(ctx.engine, inc.window, inc.baseline, inc.slo))
+    res = ctx.need(
+        "impact", lambda: assess(ctx.engine, inc.window, inc.baseline, inc.slo, slo, base.quantiles)
+    )
+    return show.impact_section(res)
 
 
 @section("stages", "Per-stage latency")
@@ -268,7 +287,8 @@ def findings(ctx: Context) -> Section:
         gpu_summary=gpu_res.summary() if gpu_res else None,
         cost_summary=cost_res.summary() if cost_res else None,
         restarts=[r.as_dict() for r in getattr(ctx.results.get("completeness"), "restarts", [])],
-        predicted_fix=pred.summary() if (pred := ctx.results.get("predicted_fix")) is not None else None,
+        impact=ctx.results.get("impact"),
+        predicted_fix=pred.action_text() if (pred := ctx.results.get("predicted_fix")) is not None else None,
     )
     return show.findings_section(model)
 

@@ -26,6 +26,8 @@ MAX_BYTES = 4 * 2**20
 _CODE = (
     "app/whatif/reproduce.py",
     "app/whatif/calibrate.py",
+    "app/whatif/remedy.py",
+    "app/whatif/replay.py",
     "lab/servesim/core.py",
     "lab/servesim/roofline.py",
     "lab/servesim/config.py",
