@@ -44,9 +44,12 @@ def test_identical_reruns_pass_and_the_readme_slowdown_is_caught(tmp_path: Path)
         res = CliRunner().invoke(perfkit, args)  # judged even if a loaded machine marked it invalid
         verdict = json.loads((tmp_path / "v.json").read_text())
         assert res.exit_code == 0 and verdict["verdict"] == "pass", res.output
-        assert {m["noise_from"] for m in verdict["metrics"] if m["metric"].startswith("median_")} == {
-            "within-run CI"
-        }
+        medians = [m for m in verdict["metrics"] if m["metric"].startswith("median_")]
+        judged = [m for m in medians if m["status"] != "no-data"]
+        assert judged and {m["noise_from"] for m in judged} == {"within-run CI"}
+        # on a loaded machine the requests sent together share its state: a median whose records
+        # leave too few independent ones is said unjudged (the records' own reason), never guessed
+        assert all("independent" in (m["why"] or "") for m in medians if m["status"] == "no-data"), medians
     slow = bench(tmp_path / "slow.json", 80, 12)
     res = CliRunner().invoke(perfkit, ["gate", str(slow), "--store", str(st), "--allow-invalid"])
     assert res.exit_code == 1, res.output
