@@ -71,10 +71,11 @@ def describe(workload: Mapping[str, Any]) -> str:
     """A workload (its ``as_dict()``) in words: ``serving, 21 series, 3.25 req/s, hosts gpu-01``."""
     traffic = workload.get("traffic")
     rate = f"{traffic:.3g} {workload.get('traffic_unit', '')}" if traffic is not None else "no traffic"
-    hosts = ", ".join(workload.get("hosts") or []) or "?"
+    hosts = ", ".join(workload.get("hosts") or [])
     d = dialects.BY_NAME.get(str(workload.get("engine")))
     kind = f"{workload.get('kind')} on {d.title}" if d else workload.get("kind")
-    return f"{kind}, {workload.get('series')} series, {rate}, hosts {hosts}"
+    where = f"hosts {hosts}" if hosts else "no host label on its series"
+    return f"{kind}, {workload.get('series')} series, {rate}, {where}"
 
 
 def _families(d: dialects.Dialect | None) -> list[str]:

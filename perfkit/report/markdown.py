@@ -65,8 +65,9 @@ def md_escape(value: Any, *, bare_urls: bool = False) -> Any:
     ``postmortem.md``; it is the Markdown environment's ``finalize``, so every ``{{ value }}`` goes
     through it, and :class:`~markupsafe.Markup` (perfkit's own Markdown) passes through untouched.
 
-    - ``< > &`` become ``&lt; &gt; &amp;`` (``&`` only before an entity), so no raw HTML and no
-      ``<http://…>`` autolink; `` \\ ` * [ ] # | ~ $ `` and ``_`` outside a word are backslash-escaped;
+    - ``<`` and ``&`` become ``&lt;`` and ``&amp;`` (``&`` only before an entity), so no raw HTML and
+      no ``<http://…>`` autolink; ``>`` is backslash-escaped (``\\>``: no blockquote, and the raw
+      file reads ``a \\> b``, not ``a &gt; b``); `` \\ ` * [ ] # | ~ $ `` and ``_`` outside a word are backslash-escaped;
     - at the start of a line, ``- + =`` and the ``.``/``)`` of ``1.`` are escaped (no lists,
       setext headings or thematic breaks);
     - GFM's bare-URL autolinks are broken: the ``:`` of ``://`` and the ``.`` of ``www.`` are
@@ -94,7 +95,7 @@ def md_escape(value: Any, *, bare_urls: bool = False) -> Any:
         elif ch == "<":
             out.append("&lt;")
         elif ch == ">":
-            out.append("&gt;")
+            out.append("\\>")  # reads as ">" in the raw file too; no blockquote at a line's start
         elif ch == "&" and _ENTITY.match(text, i):
             out.append("&amp;")
         elif ch == ":" and not bare_urls and text.startswith("//", i + 1):
@@ -226,4 +227,5 @@ def _md_spellings(secret: str) -> re.Pattern[str]:
     return re.compile("".join(parts))
 
 
-_MD_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_MD_ENTITIES = {"<": "&lt;", ">": r"&gt;|\\>", "&": "&amp;"}
+"""How :func:`md_escape` may spell these, as regular expressions (``>`` as ``\\>``, or ``&gt;`` as before)."""

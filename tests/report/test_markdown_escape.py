@@ -242,7 +242,7 @@ def test_perfkit_formatting_is_kept(hostile_md: str) -> None:
     assert "*(status: warn \\[click\\](javascript:alert(1)))*" in hostile_md
     assert "## Missing evidence\n\n- no logs !\\[x\\]" in hostile_md
     assert "- \\# \\[click\\]" in hostile_md
-    assert "- 1\\. &lt;script&gt;" in hostile_md
+    assert "- 1\\. &lt;script\\>" in hostile_md
     assert "- \\- &lt;img" in hostile_md
 
 
@@ -262,7 +262,7 @@ def test_secret_scrubbed_in_its_escaped_spelling(hostile_md: str) -> None:
     [
         (IMG, "!\\[x\\](http\\://evil.example/x.png)"),
         (LINK, "\\[click\\](javascript:alert(1))"),
-        (HTML_IMG, "&lt;img src=x onerror=alert(1)&gt;"),
+        (HTML_IMG, "&lt;img src=x onerror=alert(1)\\>"),
         ("ttft_p95_s and _private and __dunder__", "ttft_p95_s and \\_private and \\_\\_dunder\\_\\_"),
         ("a*b `c` #3 ~x~ $5 a|b back\\slash", "a\\*b \\`c\\` \\#3 \\~x\\~ \\$5 a\\|b back\\\\slash"),
         ("&amp; & &#60;", "&amp;amp; & &amp;\\#60;"),
