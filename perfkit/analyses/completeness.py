@@ -20,7 +20,8 @@ import numpy as np
 import polars as pl
 
 from perfkit.core.frames import Window, iso, utc
-from perfkit.engine.dialects import DIALECTS, family
+from perfkit.engine import signals as S
+from perfkit.engine.dialects import BY_NAME, DIALECTS, family
 from perfkit.engine.signals import GAUGES, HISTOGRAMS, SOURCES, resolve
 
 GAP_FACTOR = 2.5  # a hole longer than 2.5 scrape intervals is a gap (one missed scrape is noise)
@@ -250,16 +251,17 @@ def completeness(
             missing.append(f"{name}: no series in the window")
     for r in rows:
         if r.metric is None and r.signal in HISTOGRAMS:
-            missing.append(f"{r.signal}: no {HISTOGRAMS[r.signal][0]} histogram")
+            missing.append(f"{r.signal}: {S.absent(engine, 'histograms', r.signal)}")
         elif r.metric is None and r.signal in GAUGES:
-            missing.append(f"{r.signal}: no {GAUGES[r.signal][0]} series")
+            missing.append(f"{r.signal}: {S.absent(engine, 'gauges', r.signal)}")
         elif r.metric and r.samples == 0:
             missing.append(f"{r.signal}: {r.metric} has no samples in the window")
-    skew, note = None, "no vLLM stats log lines: clock skew between logs and metrics not checked"
+    served = BY_NAME.get(S.serving_engine(engine) or "")
+    skew, note = None, f"no {served.title if served else 'engine'} stats log lines: clock skew between logs and metrics not checked"  # fmt: skip
     if stats is not None and stats.height:
         running = resolve(engine, "running")
         if not running.metric:
-            note = "no vllm:num_requests_running series: clock skew between logs and metrics not checked"
+            note = f"{S.absent(engine, 'gauges', 'running')}: clock skew between logs and metrics not checked"
         else:
             pad = timedelta(minutes=20)
             skew, note = clock_skew(

@@ -62,7 +62,7 @@ def cost(engine, hardware: Hardware, window: Window, baseline: Window | None) ->
         for side, w in sides.items()
     }
     if tps.get("incident") is None:
-        missing.append("cost: no vllm:generation_tokens_total counter")
+        missing.append(f"cost: {S.absent(engine, 'counters', 'generation_tokens_total')}")
     if hardware.usd_per_gpu_hour is None:
         missing.append("cost: incident.yaml has no hardware.usd_per_gpu_hour")
     usd = {}

@@ -250,7 +250,7 @@ def breakdown(engine, window: Window, baseline: Window | None) -> StageBreakdown
         )
     for s in STAGES:
         if pi.get(s) is None:
-            missing.append(f"stages: no {s} histogram ({S.HISTOGRAMS[s][0]})")
+            missing.append(f"stages: {s}: {S.absent(engine, 'histograms', s)}")
     under = {"incident": _p95_under(engine, window, queries)}
     if baseline:
         under["baseline"] = _p95_under(engine, baseline, [])

@@ -410,3 +410,88 @@ def knob(setting: str, engine: str | None, now: object) -> str | None:
     """The fix for ``setting`` in ``engine``'s own words (None when perfkit knows no knob for it)."""
     text = KNOBS.get(setting, {}).get(engine or "vllm")
     return text.format(now=now) if text else None
+
+
+#: a triage row's advice in each engine's own words: ``{key}`` in a row's next step or action
+#: (perfkit.triage.rows) is filled from the incident's serving engine (:func:`words`). Flags as the
+#: engines spell them: vLLM's engine arguments, SGLang's server arguments (python/sglang/srt/
+#: server_args.py), trtllm-serve's options (docs/source/commands/trtllm-serve.rst), TGI's launcher
+#: (text-generation-launcher --help), Dynamo's workers run one of these engines. ``""``: no engine
+#: known, every engine's words; ``"training"``: a training job's.
+WORDS: dict[str, dict[str, str]] = {
+    "kv_knobs": {
+        "vllm": "gpu_memory_utilization / num_gpu_blocks, prefix caching, KV-cache dtype (fp8); cut "
+        "max_num_seqs if preemptions recompute prompts",
+        "sglang": "--mem-fraction-static / --max-total-tokens, the radix (prefix) cache, --kv-cache-dtype "
+        "fp8_e5m2; cut --max-running-requests if retractions recompute prompts",
+        "trtllm": "--kv_cache_free_gpu_memory_fraction, KV block reuse, an fp8 KV cache; cut --max_batch_size "
+        "if requests are paused for KV room",
+        "tgi": "--cuda-memory-fraction and --max-batch-total-tokens (the tokens TGI's KV cache holds), prefix "
+        "caching; cut --max-concurrent-requests",
+        "": "the KV cache's share of GPU memory (vLLM gpu_memory_utilization, SGLang --mem-fraction-static, "
+        "trtllm-serve --kv_cache_free_gpu_memory_fraction, TGI --cuda-memory-fraction), prefix caching, an "
+        "fp8 KV cache; cut the running-request limit if preemptions recompute prompts",
+    },
+    "batch_knobs": {
+        "vllm": "max_num_seqs / max_num_batched_tokens",
+        "sglang": "--max-running-requests / --chunked-prefill-size",
+        "trtllm": "--max_batch_size / --max_num_tokens",
+        "tgi": "--max-concurrent-requests / --max-batch-total-tokens / --max-batch-prefill-tokens",
+        "": "the engine's running-request and batched-token limits (vLLM max_num_seqs / "
+        "max_num_batched_tokens, SGLang --max-running-requests, trtllm-serve --max_batch_size, TGI "
+        "--max-concurrent-requests)",
+    },
+    "chunking": {
+        "vllm": "vLLM: --enable-chunked-prefill --max-num-batched-tokens 2048 --long-prefill-token-threshold 512",
+        "sglang": "SGLang: --chunked-prefill-size 4096",
+        "trtllm": "trtllm-serve: --enable_chunked_prefill with --max_num_tokens 8192",
+        "tgi": "TGI: --max-batch-prefill-tokens 4096 (TGI chunks prefills by that budget)",
+        "": "vLLM: --enable-chunked-prefill --max-num-batched-tokens 2048 --long-prefill-token-threshold 512; "
+        "SGLang: --chunked-prefill-size 4096; trtllm-serve: --enable_chunked_prefill; the verification names "
+        "the engine's",
+    },
+    "oom_knobs": {
+        "vllm": "lower gpu_memory_utilization or max_model_len, quantize, or shard wider",
+        "sglang": "lower --mem-fraction-static or --context-length, quantize, or shard wider (--tp)",
+        "trtllm": "lower --kv_cache_free_gpu_memory_fraction or --max_seq_len, quantize, or shard wider (--tp_size)",
+        "tgi": "lower --cuda-memory-fraction or --max-total-tokens, quantize, or shard wider (--num-shard)",
+        "training": "revert the config change that raised memory (micro-batch size, sequence length); else "
+        "turn on activation recomputation, shard optimizer state (ZeRO / FSDP) or lower the micro-batch",
+        "": "lower the engine's memory share or context length, quantize, or shard wider",
+    },
+}
+
+
+def words(engine: str | None, workload: str | None = None) -> dict[str, str]:
+    """Every :data:`WORDS` key in ``engine``'s words (a Dynamo worker's: vLLM's, SGLang's or trtllm's
+    by its backend where known, else every engine's); a training job's where ``workload`` is training."""
+    key = "training" if workload == "training" else (engine or "")
+    return {name: by.get(key, by.get(engine or "", by[""])) for name, by in WORDS.items()}
+
+
+def waiting_name(engine: str | None) -> str:
+    """The engine's waiting-requests gauge (vLLM's name where the engine is not known or has none)."""
+    d = BY_NAME.get(engine or "")
+    if d is None:
+        return VLLM.gauges["waiting"][0]
+    own = d.gauges.get("waiting") or d.gauges.get("awaiting_first_token")
+    return own[0] if own else f"the queue length ({d.title} exports no waiting-requests gauge)"
+
+
+def absent(engine: str | None, kind: str, signal: str) -> str:
+    """A signal the evidence lacks, in the serving engine's words: its own name for it, or what the
+    engine says about not exporting it (:func:`lacks`); vLLM's name where no engine is known."""
+    noun = {"histograms": "histogram", "counters": "counter"}.get(kind, "series")
+    d = BY_NAME.get(engine or "")
+    if not any(signal in getattr(x, kind) for x in DIALECTS):  # not a serving engine's (DCGM, node)
+        return f"no {signal} {noun}"
+    if d is None or d is VLLM:
+        return (
+            f"no {getattr(VLLM, kind)[signal][0]} {noun}"
+            if signal in getattr(VLLM, kind)
+            else f"no {signal} {noun}"
+        )
+    own = getattr(d, kind).get(signal)
+    if own:
+        return f"no {own[0]} {noun}"
+    return d.flags.get(signal) or f"{d.title} exports no {signal} {noun}"

@@ -580,3 +580,21 @@ def is_triage_family(name: str, _names: frozenset[str] = catalogue_families()) -
     """A sample name triage reads: the catalogue's, and the engines' config info metrics
     (``vllm:cache_config_info``, ``trtllm_kv_cache_config_info``: the engine's settings)."""
     return name in _names or (name.startswith(_INFO_PREFIXES) and name.endswith("_info"))
+
+
+def serving_engine(engine: Engine) -> str | None:
+    """The engine dialect whose series answer (its TTFT, E2E or running gauge, in that order)."""
+    for signal in ("ttft", "e2e", "running", "request_success"):
+        res = resolve(engine, signal)
+        if res.engine is not None:
+            return res.engine
+    return None
+
+
+def absent(engine: Engine, kind: str, signal: str) -> str:
+    """A signal ``engine``'s evidence lacks, in its serving engine's words (:func:`dialects.absent`),
+    or the catalogue's name for one no serving engine has (DCGM, node exporter)."""
+    catalogue = {"histograms": HISTOGRAMS, "gauges": GAUGES}.get(kind, {})
+    if signal in catalogue and not any(signal in getattr(d, kind) for d in dialects.DIALECTS):
+        return f"no {catalogue[signal][0]} {'histogram' if kind == 'histograms' else 'series'}"
+    return dialects.absent(serving_engine(engine), kind, signal)

@@ -474,7 +474,7 @@ def replay_bundle(path: str | Path, time_scale: float = 1.0, seed: int = 0, max_
         metric = S.resolve(engine, signal).metric
         if metric is None:
             raise BundleError(
-                f"no {S.HISTOGRAMS[signal][0]} histogram: cannot draw request lengths", path=where
+                f"{S.absent(engine, 'histograms', signal)}: cannot draw request lengths", path=where
             )
         increase = ops.sum_by(ops.increase(ops.Selector(f"{metric}_bucket"), window.seconds), "le")
         top = MAX_PROMPT_TOKENS if signal == "prompt_tokens" else MAX_OUTPUT_TOKENS

@@ -250,9 +250,9 @@ def build(
                     "applies": res.applies,
                 }
             )
-    if confirmed:
+    if confirmed and triage is not None:
         c = confirmed[0]
-        root = f"Direction: {c.row.direction} — {c.verification.why}. Next step: {c.row.next_step}."
+        root = f"Direction: {c.row.direction} — {c.verification.why}. Next step: {triage.next_step(c)}."  # fmt: skip
         if triage and triage.suspect_version and c.row.direction == "release_regression":
             root += f" Suspect version: {triage.suspect_version}."
     else:
@@ -316,13 +316,13 @@ def build(
         action = (
             f"{c.row.direction}: {predicted_fix}; confirm it in a replayed load test before it ships"
             if predicted_fix
-            else c.row.next_step
+            else (triage.next_step(c) if triage else c.row.next_step)
         )
         actions.append({"action": action, "type": "mitigate", "priority": "P0", "owner": "service owner"})
-        if c.row.action:
+        if c.row.action and triage is not None:
             actions.append(
                 {
-                    "action": c.row.action,
+                    "action": triage.action(c),
                     "type": "detect",
                     "priority": "P1",
                     "owner": "on-call",
@@ -338,7 +338,8 @@ def build(
             "owner": "release engineering",
         }
     )
-    for m in missing[:5]:
+    # a signal the engine cannot export is no evidence to collect (it is said in Missing evidence)
+    for m in [m for m in missing if " exports no " not in m][:5]:
         actions.append(
             {
                 "action": f"collect the missing evidence: {m}",

@@ -580,9 +580,5 @@ def gather(
 
 
 def serving_engine(engine: S.Engine) -> str | None:
-    """The engine dialect whose series answer (its TTFT, E2E or running gauge, in that order)."""
-    for signal in ("ttft", "e2e", "running", "request_success"):
-        res = S.resolve(engine, signal)
-        if res.engine is not None:
-            return res.engine
-    return None
+    """The engine dialect whose series answer (:func:`perfkit.engine.signals.serving_engine`)."""
+    return S.serving_engine(engine)

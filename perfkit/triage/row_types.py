@@ -18,6 +18,7 @@ on, and how far each was from its cut-off (:attr:`Cut.margin`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -257,6 +258,27 @@ class Row:
     def thresholds(self) -> tuple[str, ...]:
         """Every threshold the row compares with (deciding, confirmatory and context)."""
         return (*self.decides, *self.confirms, *self.context)
+
+    def next_step_for(self, engine: str | None, workload: str | None = None) -> str:
+        """The next step in the serving engine's own words (``{kv_knobs}`` ... filled by
+        :func:`perfkit.engine.dialects.words`; every engine's where none is known)."""
+        return engine_words(self.next_step, engine, workload)
+
+    def action_for(self, engine: str | None, workload: str | None = None) -> str:
+        """The postmortem's alert to add, in the engine's own words (its waiting gauge's name)."""
+        return engine_words(self.action, engine, workload)
+
+
+PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+def engine_words(text: str, engine: str | None, workload: str | None = None) -> str:
+    """``text`` with each ``{key}`` of :data:`perfkit.engine.dialects.WORDS` (and ``{waiting}``, the
+    engine's waiting-requests gauge) in ``engine``'s words; other braces are left as they are."""
+    from perfkit.engine import dialects
+
+    said = dialects.words(engine, workload) | {"waiting": dialects.waiting_name(engine)}
+    return PLACEHOLDER.sub(lambda m: said.get(m.group(1), m.group(0)), text)
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:

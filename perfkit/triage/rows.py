@@ -19,6 +19,7 @@ precondition or direction a row names that does not exist fails it.
 from __future__ import annotations
 
 from perfkit.analyses import evidence_series as series
+from perfkit.engine.dialects import WORDS
 from perfkit.triage import thresholds as T
 from perfkit.triage.decode_row import detect_tpot, verify_tpot
 from perfkit.triage.inference_rows import (
@@ -33,7 +34,7 @@ from perfkit.triage.inference_rows import (
 )
 from perfkit.triage.oom_row import detect_oom, verify_oom
 from perfkit.triage.quantities import QUANTITIES
-from perfkit.triage.row_types import ABOUT, Figure
+from perfkit.triage.row_types import ABOUT, PLACEHOLDER, Figure
 from perfkit.triage.row_types import Cut as Cut  # re-exported: the triage table's row types
 from perfkit.triage.row_types import Detection as Detection
 from perfkit.triage.row_types import Row as Row
@@ -130,8 +131,7 @@ ROWS: tuple[Row, ...] = (
         "TTFT high, prefill slow",
         "kv_cache_allocation",
         "prefill share of TTFT, KV-cache usage, preemptions",
-        "check gpu_memory_utilization / num_gpu_blocks, prefix caching, KV-cache dtype (fp8); cut max_num_seqs "
-        "if preemptions recompute prompts",
+        "check {kv_knobs}",
         detect_prefill,
         verify_prefill,
         workload="serving",
@@ -206,8 +206,8 @@ ROWS: tuple[Row, ...] = (
         "latency jumps with concurrency",
         "scheduler_queueing",
         "queue length and queue time, KV-cache water level",
-        "add capacity (replicas) or admission control; set alerts on num_requests_waiting; revisit "
-        "max_num_seqs / max_num_batched_tokens for the traffic mix",
+        "add capacity (replicas) or admission control; set alerts on {waiting}; revisit {batch_knobs} for the "
+        "traffic mix",
         detect_load,
         verify_load,
         workload="serving",
@@ -229,7 +229,7 @@ ROWS: tuple[Row, ...] = (
         context=("KV_FULL_FRAC",),
         explains=("kv_cache_allocation", "decode_efficiency", "prefill_decode_interference"),
         figure=Figure("Queue length vs running batch", "requests", series.queue_series),
-        action="alert on vllm:num_requests_waiting > 0 for 5 min and on queue-time p95",
+        action="alert on {waiting} > 0 for 5 min and on queue-time p95",
         remedy="replicas",
         remedy_target="ttft_p95_ms",
     ),
@@ -238,8 +238,7 @@ ROWS: tuple[Row, ...] = (
         "out-of-memory",
         "memory_oversubscription",
         "component-by-component memory estimate against capacity",
-        "estimate weights + activations + KV cache per GPU; lower gpu_memory_utilization or max_model_len, "
-        "quantize, or shard wider",
+        "estimate weights + activations + KV cache per GPU; {oom_knobs}",
         detect_oom,
         verify_oom,
         workload="any",
@@ -276,9 +275,7 @@ ROWS: tuple[Row, ...] = (
         "prefill_decode_interference",
         "long-prompt arrivals against ITL/TPOT spikes; chunked prefill",
         "enable chunked prefill with a bounded prefill budget, so one long prompt cannot take a whole step "
-        "(vLLM: --enable-chunked-prefill --max-num-batched-tokens 2048 --long-prefill-token-threshold 512; "
-        "SGLang: --chunked-prefill-size 4096; trtllm-serve: --enable_chunked_prefill; the verification names "
-        "the engine's); confirm in a replayed load test that P95 TTFT and ITL stalls drop",
+        "({chunking}); confirm in a replayed load test that P95 TTFT and ITL stalls drop",
         detect_tail,
         verify_tail,
         workload="serving",
@@ -382,6 +379,12 @@ def check_rows(rows: tuple[Row, ...]) -> None:
             problems.append(f"{r.direction}: workload {r.workload!r} is none of {ABOUT}")
         if r.remedy_target and not r.remedy:
             problems.append(f"{r.direction}: a remedy target without a remedy")
+        for text in (r.next_step, r.action):  # every {key} is an engine's word perfkit knows
+            problems += [
+                f"{r.direction}: no engine word {{{k}}} in perfkit.engine.dialects.WORDS"
+                for k in PLACEHOLDER.findall(text)
+                if k not in WORDS and k != "waiting"
+            ]
     if problems:
         raise RuntimeError("perfkit.triage.rows: " + "; ".join(problems))
 

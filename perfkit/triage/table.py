@@ -86,6 +86,19 @@ class TriageResult:
     def confirmed(self) -> list[RowResult]:
         return [r for r in self.results if r.verification.verdict == "confirmed"]
 
+    @property
+    def engine_name(self) -> str | None:
+        """The serving engine's dialect name (``sglang``), None where no engine's series answered."""
+        return (self.engine or {}).get("name")
+
+    def next_step(self, r: RowResult) -> str:
+        """A row's next step in this incident's engine's words (and a training job's)."""
+        return r.row.next_step_for(self.engine_name, self.workload)
+
+    def action(self, r: RowResult) -> str:
+        """A row's alert to add, in this incident's engine's words."""
+        return r.row.action_for(self.engine_name, self.workload)
+
     def to_json(self) -> dict[str, Any]:
         symptoms = [
             {
@@ -110,7 +123,7 @@ class TriageResult:
                         "why": r.verification.why,
                         **r.verification.numbers,
                     },
-                    "next_step": r.row.next_step,
+                    "next_step": self.next_step(r),
                     "explained_by": r.explained_by,
                     "margin": _margin(r),
                     "preconditions": [g.as_dict() for g in r.gates],
@@ -149,7 +162,7 @@ class TriageResult:
                     "verdict": r.verification.verdict,
                     "score": round(r.score, 3),
                     "why": r.verification.why,
-                    "next step": r.row.next_step,
+                    "next step": self.next_step(r),
                 }
                 for i, r in enumerate(self.results, start=1)
             ]

@@ -150,7 +150,7 @@ def test_without_a_baseline_the_slowest_stage_is_named():
 def test_missing_stage_histograms_are_listed():
     hist = {k: v for k, v in HISTOGRAMS.items() if k != "vllm:request_decode_time_seconds"}
     result = breakdown(build(hist), INCIDENT, BASELINE)
-    assert result.missing == ["stages: no decode histogram (vllm:request_decode_time_seconds)"]
+    assert result.missing == ["stages: decode: no vllm:request_decode_time_seconds histogram"]
     assert result.means["incident"]["decode"] is None
     assert result.tail_owner == "queue"  # decode is judged per token (TPOT), which is present
 

@@ -24,7 +24,11 @@ the KV cache; TPOT p50 for a slower engine) falls by more than the replay's own 
 (the calibrated incident replay against the observed one, at least :data:`MIN_GAIN`) and, where
 the replay has requests outside the SLOs, at least :data:`MIN_SLO_GAIN` more of them meet them; otherwise it is said plainly not
 to help and the next candidate is tried. Latency quantiles are read through the observed histograms'
-buckets, as the observed ones are (the inter-token ones where no per-request TPOT is exported). Memory oversubscription (a crash) and
+buckets, as the observed ones are (the inter-token ones where no per-request TPOT is exported). Every remedy is also judged against every SLO of the incident
+(:mod:`perfkit.app.whatif.remedy_slos`: TTFT, TPOT, ITL and E2E, each beside what was observed with the
+replay's own error on it): one that breaks an SLO that held in the incident **trades off**, and the
+remedy's own knob is searched (:data:`CHUNK_SEARCH`, :data:`REPLICA_SEARCH`) for a setting that breaks
+none; the recommended remedy leaves the fewest SLOs broken. Memory oversubscription (a crash) and
 training directions are not replayed: a crash or a training job is not what the serving simulator
 plays.
 """
@@ -38,6 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from perfkit.app.whatif.remedy_slos import VERDICTS as VERDICTS
+from perfkit.app.whatif.remedy_slos import observed_ms as _observed_ms
+from perfkit.app.whatif.remedy_slos import replayed_slos, slo_rows, slo_targets, slo_words
 from perfkit.triage.rows import BY_DIRECTION, ROWS
 
 MIN_GAIN = 0.10
@@ -55,22 +62,11 @@ CHUNK_BUDGET = 2048
 CHUNK_CAP = 512
 """The interference row's remedy: ``--max-num-batched-tokens 2048 --long-prefill-token-threshold 512``."""
 
-SLO_TOLERANCE = 0.25
-"""A replay that misses the observed incident's number for an SLO by more than this (as the trusted
-replay's TTFT p95, :data:`perfkit.app.whatif.reproduce.TOLERANCE`) predicts nothing about that SLO:
-its row is ``unknown`` (untrusted), whatever the remedy's number."""
-BOUND_RESOLUTION = 0.05
-"""A predicted number within the replay's own error on it (at least 5 %: the histogram buckets the
-replay is read through) of an SLO's bound cannot say which side of the bound it lands: ``unknown``."""
 CHUNK_SEARCH = [(budget, cap) for budget in (1024, 2048, 4096) for cap in (128, 256, 512)]
 REPLICA_SEARCH = (3, 4)
 """Where the row's remedy newly breaks an SLO or leaves one broken, the settings of its own knob tried
 for one that meets every SLO: chunk budgets and per-request caps (a smaller chunk is a shorter step
 beside the decodes, at more steps per long prompt), more engines."""
-SLO_SIGNALS = ("ttft", "tpot", "itl", "e2e")
-"""The SLOs a replay can predict: per request (TTFT, TPOT, E2E) and per engine step (ITL)."""
-VERDICTS = ("meets", "still_breaches", "newly_breaches", "unknown")
-
 #: the number each direction's remedy must move (all are latencies: lower is better), as its triage row
 #: declares it (:attr:`perfkit.triage.row_types.Row.remedy_target`)
 TARGET = {r.direction: r.remedy_target for r in ROWS if r.remedy and r.remedy_target}
@@ -98,6 +94,7 @@ class Prediction:
     tried: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     slo_observed: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> SLO, observed, as_was
+    engine: str | None = None  # the serving engine of the bundle (its flags in the commands)
 
     @property
     def recommended(self) -> dict[str, Any] | None:
@@ -133,6 +130,7 @@ class Prediction:
             "notes": self.notes,
             "slos": self.slos,
             "slo_observed": self.slo_observed,
+            "engine": self.engine,
             "recommended": rec["label"] if rec else None,
             "meets_every_slo": bool(rec and rec.get("meets_every_slo")),
         }
@@ -143,7 +141,7 @@ class Prediction:
         rec = self.recommended
         if rec is None:
             return self.summary()
-        cmd = command(rec.get("set") or {})
+        cmd = command(rec.get("set") or {}, self.engine)
         rows = rec.get("slos") or []
         said = ", ".join(
             f"{r['label']} {_ms(r['predicted_ms'])}"
@@ -155,7 +153,7 @@ class Prediction:
         trust = "" if self.trusted else "; untrusted: the replay of the incident misses what was observed"
         return (
             f"predicted by the calibrated replay: {rec['label']}"
-            + (f" (vLLM: {cmd})" if cmd else "")
+            + (f" ({cmd})" if cmd else "")
             + (f": {said}" if said else "")
             + trust
         )
@@ -168,12 +166,12 @@ class Prediction:
         rec = self.recommended
         shown = [rec] if rec else self.tried[:2]
         head = "; ".join(
-            f"{t['label']}: {_own(t)} ({t['verdict']}); {_slo_words(t.get('slos') or [])}" for t in shown
+            f"{t['label']}: {_own(t)} ({t['verdict']}); {slo_words(t.get('slos') or [])}" for t in shown
         )
         if rec is not None:
             first = next(t for t in self.tried if t["direction"] == rec["direction"])
             if first is not rec:
-                head += f". The row's first setting, {first['label']}, {first['verdict']}: {_slo_words(first.get('slos') or [])}"
+                head += f". The row's first setting, {first['label']}, {first['verdict']}: {slo_words(first.get('slos') or [])}"
             if not rec.get("meets_every_slo") and rec.get("slos"):
                 n = sum(1 for t in self.tried if t["direction"] == rec["direction"])
                 head += f". No setting of the {n} tried meets every SLO (the table shows the trade-off)"
@@ -181,25 +179,58 @@ class Prediction:
         return f"predicted by the calibrated replay: {head}{trust}"
 
 
-VLLM_FLAGS = {
-    "enable_chunked_prefill": "--enable-chunked-prefill",
-    "max_num_batched_tokens": "--max-num-batched-tokens",
-    "long_prefill_token_threshold": "--long-prefill-token-threshold",
-    "gpu_memory_utilization": "--gpu-memory-utilization",
-    "max_num_seqs": "--max-num-seqs",
+FLAGS: dict[str, dict[str, str]] = {
+    "vllm": {
+        "enable_chunked_prefill": "--enable-chunked-prefill",
+        "max_num_batched_tokens": "--max-num-batched-tokens",
+        "long_prefill_token_threshold": "--long-prefill-token-threshold",
+        "gpu_memory_utilization": "--gpu-memory-utilization",
+        "max_num_seqs": "--max-num-seqs",
+    },
+    # the nearest knob of each other engine (perfkit.engine.dialects.WORDS has their names and sources):
+    # SGLang chunks prefills by default, by its --chunked-prefill-size; its --mem-fraction-static is
+    # weights and KV like vLLM's share; trtllm-serve's fraction is of the memory left after the weights
+    "sglang": {
+        "max_num_batched_tokens": "--chunked-prefill-size",
+        "gpu_memory_utilization": "--mem-fraction-static",
+        "max_num_seqs": "--max-running-requests",
+    },
+    "trtllm": {
+        "enable_chunked_prefill": "--enable_chunked_prefill",
+        "max_num_batched_tokens": "--max_num_tokens",
+        "gpu_memory_utilization": "--kv_cache_free_gpu_memory_fraction",
+        "max_num_seqs": "--max_batch_size",
+    },
+    "tgi": {
+        "max_num_batched_tokens": "--max-batch-prefill-tokens",
+        "gpu_memory_utilization": "--cuda-memory-fraction",
+        "max_num_seqs": "--max-concurrent-requests",
+    },
 }
-"""The replayed settings as vLLM's flags (the serving simulator plays vLLM's scheduler)."""
+"""A replayed setting as each engine's flag. The serving simulator plays vLLM's scheduler: on another
+engine the flag is its nearest knob, and a setting it has none for is said (``command``)."""
+SAME_BY_DEFAULT = {("sglang", "enable_chunked_prefill"), ("tgi", "enable_chunked_prefill")}
 
 
-def command(changes: dict[str, Any]) -> str:
-    """The settings a remedy changes as a vLLM command line ("" for none, or one without a flag)."""
-    parts = []
+def command(changes: dict[str, Any], engine: str | None = None) -> str:
+    """The settings a remedy changes as ``engine``'s command line (vLLM's when not known): its nearest
+    flags, and what it has no flag for (vLLM's per-request prefill cap has none elsewhere)."""
+    from perfkit.engine.dialects import BY_NAME
+
+    name = engine if engine in FLAGS else "vllm"
+    title = BY_NAME[name].title if name in BY_NAME else name
+    parts, none = [], []
     for key, value in changes.items():
-        flag = VLLM_FLAGS.get(key)
+        flag = FLAGS[name].get(key)
         if flag is None:
-            return ""
+            if (name, key) not in SAME_BY_DEFAULT:
+                none.append(key)
+            continue
         parts.append(flag if value is True else f"{flag} {value}")
-    return " ".join(parts)
+    text = f"{title}: {' '.join(parts)}" if parts else ""
+    if none:
+        text += f"{'; ' if text else ''}no {title} flag for {', '.join(none)}"
+    return text
 
 
 def _own(t: dict[str, Any]) -> str:
@@ -207,22 +238,6 @@ def _own(t: dict[str, Any]) -> str:
     target = TARGET[t["direction"]]
     name = target.split("_ms")[0].replace("_", " ").upper().replace(" P", " p")
     return f"{name} {_ms(t['as_was_target'])} → {_ms((t.get('predicted') or {}).get(target))}"
-
-
-def _slo_words(rows: list[dict[str, Any]]) -> str:
-    """Each SLO's predicted verdict in a few words: "TTFT p95 1.54 s (unknown: within ...)"."""
-    if not rows:
-        return "no SLO to judge it on"
-    if all(r["verdict"] == "meets" for r in rows):
-        return "meets every SLO (" + ", ".join(f"{r['label']} {_ms(r['predicted_ms'])}" for r in rows) + ")"
-    words = [
-        f"{r['label']} {_ms(r['observed_ms'])} → {_ms(r['predicted_ms'])} against {_ms(r['slo_ms'])}: "
-        f"{r['verdict'].replace('_', ' ')}" + (f" ({r['why']})" if r.get("why") else "")
-        for r in rows
-        if r["verdict"] != "meets"
-    ]
-    met = [r["label"] for r in rows if r["verdict"] == "meets"]
-    return ", ".join(words) + (f"; {', '.join(met)} met" if met else "")
 
 
 def _ms(value: float | None) -> str:
@@ -255,10 +270,12 @@ def _kv_headroom(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate
     out = []
     if cfg.gpu_memory_utilization + 1e-9 < MAX_UTILIZATION:
         up = round(min(MAX_UTILIZATION, cfg.gpu_memory_utilization + KV_HEADROOM), 2)
-        out.append(Candidate(direction, f"gpu_memory_utilization {up:g}", {"gpu_memory_utilization": up}))
+        out.append(
+            Candidate(direction, f"KV cache's share of GPU memory {up:g}", {"gpu_memory_utilization": up})
+        )
     if cfg.max_num_seqs >= 16:
         half = cfg.max_num_seqs // 2
-        out.append(Candidate(direction, f"max_num_seqs {half}", {"max_num_seqs": half}))
+        out.append(Candidate(direction, f"at most {half} running requests", {"max_num_seqs": half}))
     return out
 
 
@@ -309,7 +326,7 @@ def predict(
     doc = replay_cache.load(name)
     if doc is not None:
         try:
-            fields = {k: doc[k] for k in ("observed", "as_was", "replay_error", "trusted", "tried", "notes", "slo_observed")}  # fmt: skip
+            fields = {k: doc[k] for k in ("observed", "as_was", "replay_error", "trusted", "tried", "notes", "slo_observed", "engine")}  # fmt: skip
             out = Prediction(**fields)
             out.notes.append("read from the replay cache (" + str(replay_cache.cache_dir()) + ")")
             return out
@@ -332,6 +349,7 @@ def _predict(
     """:func:`predict`, replayed."""
     from perfkit.app.whatif.replay import _run, summarise
     from perfkit.app.whatif.reproduce import as_histogram, bucket_bounds, fit_recorded, reproduce
+    from perfkit.engine import signals as S
     from perfkit.engine.local import LocalEngine
     from perfkit.lab.servesim.config import with_changes
     from perfkit.loadgen.shapes import replay_bundle
@@ -377,7 +395,9 @@ def _predict(
 
     as_was = play(engine)
     error = {m: _error(as_was.get(m), observed.get(m)) for m in SHOWN}
-    out = Prediction(observed, as_was, error, rep.trusted, notes=list(rep.why))
+    out = Prediction(
+        observed, as_was, error, rep.trusted, notes=list(rep.why), engine=S.serving_engine(store)
+    )
     out.slo_observed = {
         t["metric"]: {**t, "observed_ms": slo_seen[t["metric"]], "as_was_ms": as_was["slo_ms"].get(t["metric"]),
                       "replay_error": _error(as_was["slo_ms"].get(t["metric"]), slo_seen[t["metric"]])}
@@ -430,102 +450,6 @@ def _predict(
             out.tried.append(tried)
             if tried["verdict"] == "helps" and tried["meets_every_slo"]:
                 break
-    return out
-
-
-def slo_targets(slo: Any) -> list[dict[str, Any]]:
-    """The incident's quantile SLOs a replay can predict (:data:`SLO_SIGNALS`): metric (``ttft_p95``),
-    label, signal, quantile, bound in ms."""
-    from perfkit.analyses.slo import LABELS, parse_slo_key
-
-    out = []
-    for key, value in (slo or {}).items():
-        parsed = parse_slo_key(str(key))
-        if parsed is None or parsed[0] not in SLO_SIGNALS:
-            continue
-        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-            continue
-        metric = str(key).removesuffix("_s")
-        label = f"{LABELS.get(parsed[0], parsed[0])} {metric.rsplit('_', 1)[-1]}"
-        out.append({"metric": metric, "label": label, "signal": parsed[0], "q": parsed[1], "slo_ms": float(value) * 1e3})  # fmt: skip
-    return out
-
-
-def _observed_ms(store: Any, target: dict[str, Any], window: Any) -> float | None:
-    from perfkit.engine import signals as S
-
-    v = S.window_quantiles(store, target["signal"], (target["q"],), window).get(target["q"])
-    return None if v is None or not math.isfinite(v) else v * 1e3
-
-
-def replayed_slos(run: Any, targets: list[dict[str, Any]], bounds: dict[str, Any]) -> dict[str, float | None]:
-    """Each SLO's quantile in the replay (ms), read through the observed histogram's buckets. TTFT,
-    TPOT and E2E are per finished request; ITL is per step: each decoding step's gap since the last
-    step that decoded (a whole-prompt prefill between them holds its decodes back), once for every
-    sequence that decoded in it (vLLM observes one interval per sequence per step)."""
-    ends = run.steps.start_s + run.steps.duration_s
-    decoding = np.flatnonzero(run.steps.decode_seqs > 0)  # a sequence's gap runs from its last token:
-    gaps = np.diff(ends[decoding])  # the step before that decoded, past any prefill-only step between
-    values = {
-        "ttft": (run.ttft_s(), None),
-        "tpot": (run.tpot_s()[0], None),
-        "e2e": (run.e2e_s(), None),
-        "itl": (gaps, run.steps.decode_seqs[decoding[1:]].astype(np.float64)),
-    }
-    out: dict[str, float | None] = {}
-    for t in targets:
-        v, w = values[t["signal"]]
-        got = _quantile(v, w, bounds.get(t["signal"]), t["q"])
-        out[t["metric"]] = None if got is None else got * 1e3
-    return out
-
-
-def _quantile(
-    values: np.ndarray, weights: np.ndarray | None, upper: np.ndarray | None, q: float
-) -> float | None:
-    """The ``q`` quantile of weighted ``values``, through the buckets ``upper`` as
-    ``histogram_quantile`` reads them (the raw weighted quantile where the engine has no histogram)."""
-    from perfkit.engine.local import bucket_quantile
-
-    if not values.size:
-        return None
-    w = np.ones(values.size) if weights is None else weights
-    order = np.argsort(values)
-    sorted_v, cum = values[order], np.cumsum(w[order])
-    if upper is None:
-        v = float(sorted_v[min(np.searchsorted(cum, q * cum[-1]), sorted_v.size - 1)])
-        return v if math.isfinite(v) else None
-    idx = np.searchsorted(sorted_v, upper, side="right")
-    cumulative = np.where(idx > 0, cum[np.maximum(idx - 1, 0)], 0.0)
-    v = float(bucket_quantile(q, upper, cumulative[None, :])[0])
-    return v if math.isfinite(v) else None
-
-
-def slo_rows(seen: dict[str, dict[str, Any]], predicted: dict[str, float | None]) -> list[dict[str, Any]]:
-    """One row per SLO: observed, predicted, the replay's own error on it, and a verdict of
-    :data:`VERDICTS` (``unknown`` where the replay misses what was observed by more than
-    :data:`SLO_TOLERANCE`, or lands within its own error of the bound)."""
-    out = []
-    for metric, t in seen.items():
-        obs, pred, err, bound = t["observed_ms"], predicted.get(metric), t["replay_error"], t["slo_ms"]
-        why = ""
-        if obs is None or pred is None:
-            verdict, why = "unknown", "not measured" if obs is None else "the replay has none"
-        elif err is None or abs(err) > SLO_TOLERANCE:
-            verdict = "unknown"
-            why = "untrusted: the replay of the incident misses it" + (
-                f" by {err:+.0%}" if err is not None else ""
-            )
-        elif abs(pred / bound - 1) <= max(abs(err), BOUND_RESOLUTION):
-            verdict, why = "unknown", f"within the replay's error ({abs(err):.0%}) of its bound"
-        elif pred <= bound:
-            verdict = "meets"
-        else:
-            verdict = "newly_breaches" if obs <= bound else "still_breaches"
-        out.append({"metric": metric, "label": t["label"], "slo_ms": bound, "observed_ms": obs, "predicted_ms": pred,
-                    "replay_error": err, "verdict": verdict, "why": why,
-                    "observed": None if obs is None else obs / 1e3, "predicted": None if pred is None else pred / 1e3,
-                    "slo_s": bound / 1e3})  # fmt: skip
     return out
 
 

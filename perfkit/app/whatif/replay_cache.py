@@ -27,6 +27,7 @@ _CODE = (
     "app/whatif/reproduce.py",
     "app/whatif/calibrate.py",
     "app/whatif/remedy.py",
+    "app/whatif/remedy_slos.py",
     "app/whatif/replay.py",
     "lab/servesim/core.py",
     "lab/servesim/roofline.py",
