@@ -88,25 +88,25 @@ PRECISIONS: dict[str, tuple[float, float, float, float]] = {
 RECOMPUTE = ("none", "selective", "full")
 
 FIRST_TRY: dict[str, str] = {
-    "activations": "activation recomputation (激活重算): full recomputation keeps 2·s·b·h bytes per layer "
-    "instead of 34·s·b·h; then gradient accumulation (梯度累积): a smaller micro-batch, more "
+    "activations": "activation recomputation: full recomputation keeps 2·s·b·h bytes per layer "
+    "instead of 34·s·b·h; then gradient accumulation: a smaller micro-batch, more "
     "accumulation steps, the same global batch",
-    "logits": "gradient accumulation (梯度累积): a smaller micro-batch at the same global batch shrinks "
+    "logits": "gradient accumulation: a smaller micro-batch at the same global batch shrinks "
     "the fp32 logits (4·s·b·vocab bytes); a chunked cross-entropy avoids them",
     "optimizer": "shard the optimizer states wider (a higher ZeRO stage, FSDP, more data-parallel GPUs); "
-    "mixed precision (混合精度) only helps a job still training in fp32",
+    "mixed precision only helps a job still training in fp32",
     "gradients": "shard the gradients (ZeRO-2 or FSDP) or accumulate them in bf16",
     "weights": "shard the weights (ZeRO-3/FSDP or tensor parallel) or, for serving, quantize them (fp8)",
     "gathered_layers": "limit FSDP's prefetch (forward_prefetch off, limit_all_gathers) or wrap smaller units",
     "kv_cache_pool": "lower gpu_memory_utilization (the pool is preallocated: an OOM is a step's activations "
     "or the sampler outside it) or max_num_seqs / max_num_batched_tokens; then KV-cache quantization "
-    "(KV Cache 量化, --kv-cache-dtype fp8) keeps the pool's tokens in half the bytes",
-    "kv_cache": "KV-cache quantization (KV Cache 量化): --kv-cache-dtype fp8 halves the bytes per token; "
+    "(--kv-cache-dtype fp8) keeps the pool's tokens in half the bytes",
+    "kv_cache": "KV-cache quantization: --kv-cache-dtype fp8 halves the bytes per token; "
     "or a lower max_num_seqs / max_model_len",
     "step_activations": "a lower max_num_batched_tokens (the step's token budget) or max_num_seqs",
     "recompute_working_set": "recompute at a finer granularity (per sub-block) or use a smaller micro-batch",
     "overhead": "fewer processes per GPU (each holds its own CUDA context) and NCCL_BUFFSIZE left at default",
-    "unexplained": "defragmentation (显存碎片整理): PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and "
+    "unexplained": "defragmentation: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and "
     "torch.cuda.memory_stats() reserved − allocated to see the cached-but-free share",
 }
 
@@ -343,7 +343,7 @@ def training_memory(
         "gradients",
     ):
         out.first_try = (
-            "mixed precision (混合精度): bf16 weights, gradients and activations halve them; " + out.first_try
+            "mixed precision: bf16 weights, gradients and activations halve them; " + out.first_try
         )
     return out
 

@@ -51,9 +51,16 @@ def evidence_figure(
             right_title="ITL stalls" if it.stall_threshold_s is not None else it.stalls_label,
             window=window,
         )
-    if direction == "release_regression":
-        rel = {k: v for k, v in ev.release.series.items() if k.startswith(("TTFT", "ITL", "TPOT", "E2E"))}
-        return figures.timeseries(rel, title=title, ytitle="seconds", log_y=True, **kw)
-    if figure.series is not None and series is not None:
+    if direction == "release_regression":  # the latency quantiles, or a training job's step time
+        rel = {k: v for k, v in ev.release.series.items() if k.startswith(("TTFT", "ITL", "TPOT", "E2E")) and v.height}  # fmt: skip
+        step = {k: v for k, v in ev.release.series.items() if k == "step time" and v.height}
+        if not rel and not step:
+            return None
+        return figures.timeseries(rel or step, title=title, ytitle="seconds", log_y=bool(rel), **kw)
+    if (
+        figure.series is not None
+        and series is not None
+        and any(f is not None and f.height for f in series.values())
+    ):
         return figures.timeseries(series, title=title, ytitle=figure.ytitle or "", **kw)
-    return None
+    return None  # nothing to draw: no empty chart

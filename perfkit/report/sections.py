@@ -202,17 +202,22 @@ def changes_section(rel: Any, inc: Incident, events: list[dict[str, Any]]) -> Se
             "starts at": pl.Utf8,
         },
     )
-    latency = {k: v for k, v in rel.series.items() if k.startswith(("TTFT", "ITL", "TPOT"))}
-    fig = figures.timeseries(
-        latency,
-        title="Latency quantiles with deploys",
-        ytitle="seconds",
-        window=inc.window,
-        baseline=inc.baseline,
-        events=events,
-        slo=inc.slo.get("ttft_p95_s"),
-        log_y=True,
-    )
+    latency = {k: v for k, v in rel.series.items() if k.startswith(("TTFT", "ITL", "TPOT")) and v.height}
+    step = {k: v for k, v in rel.series.items() if k == "step time" and v.height}  # a training job's
+    fig = None
+    if latency or step:  # a chart with nothing to draw is left out, not drawn empty
+        fig = figures.timeseries(
+            latency or step,
+            title="Latency quantiles with deploys"
+            if latency
+            else "Step time with deploys and config changes",
+            ytitle="seconds",
+            window=inc.window,
+            baseline=inc.baseline,
+            events=events,
+            slo=inc.slo.get("ttft_p95_s") if latency else None,
+            log_y=bool(latency),
+        )
     status = "critical" if rel.suspect or rel.unexplained else ("missing" if not rel.series else "ok")
     f = Finding(
         "changes",
@@ -221,9 +226,11 @@ def changes_section(rel: Any, inc: Incident, events: list[dict[str, Any]]) -> Se
         status=status,
         data=rel.as_dict(),
         table=table_from_frame(table),
-        figure=_fig_json(fig),
-        figure_caption=f"quantiles at {rel.step_s:g} s steps over {iso(rel.span.start)} → "
-        f"{iso(rel.span.end)}; dotted lines: deploys/config changes",
+        figure=_fig_json(fig) if fig is not None else None,
+        figure_caption=f"{'quantiles' if latency else 'the mean step time'} at {rel.step_s:g} s steps over "
+        f"{iso(rel.span.start)} → {iso(rel.span.end)}; dotted lines: deploys/config changes"
+        if fig is not None
+        else None,
         missing=list(rel.missing),
         queries=list(dict.fromkeys(rel.queries)),
     )

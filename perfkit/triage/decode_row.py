@@ -212,8 +212,13 @@ def _verify_tpot(ev: Evidence) -> Verification:
         held = f"; {spec.text}: not the cause" if spec is not None else ""
         return Verification(
             "confirmed",
-            f"the median token takes {p50:.2f}x as long while the offered work rose at most {work:.2f}x "
-            f"(requests, generated and prompt tokens per second): {per_work:.2f}x per unit of work, more "
+            f"the median token takes {p50:.2f}x as long while the offered work "
+            + (
+                f"rose at most {work:.2f}x "
+                if work > 1
+                else f"was at most {work:.2f}x the baseline's (it did not rise) "
+            )
+            + f"(requests, generated and prompt tokens per second): {per_work:.2f}x per unit of work, more "
             "than a bigger batch or more prefill in the steps can explain; the same work runs slower"
             f"{held}",
             numbers,

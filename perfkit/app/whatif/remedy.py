@@ -434,15 +434,13 @@ def _predict(
             out.notes.append(f"{direction}: no remedy left to replay for this engine's settings")
         target = TARGET.get(direction)
         done = False
-        for cand in cands:
+        for cand in cands:  # the row's remedies in order, until one helps and breaks no SLO
             tried = attempt(direction, cand, target)
             out.tried.append(tried)
             if tried["verdict"] == "helps" and (tried["meets_every_slo"] or not out.slo_observed):
                 done = True
                 break
-            if tried["verdict"] in ("helps", "trades off"):
-                break  # the row's remedy works on its own number: search its knob for every SLO
-        if done:
+        if done or not cands:  # nothing of the row's left for this engine: no knob to search either
             continue
         for cand in searched(direction, engine, [t["label"] for t in out.tried]):
             tried = attempt(direction, cand, target)
