@@ -87,6 +87,7 @@ class SloImpact:
     start: str | None = None
     end: str | None = None
     start_at_edge: bool = False
+    source: str | None = None  # the histogram family that answered (``vllm:time_to_first_token_seconds``)
 
     @property
     def metric(self) -> str:
@@ -161,6 +162,16 @@ class SloImpact:
         """The incident quantile over the bound."""
         q = self.incident_quantile_s
         return None if q is None or not math.isfinite(q) else q / self.slo_s
+
+    def alert_rule(self, for_minutes: int = 5) -> dict[str, str] | None:
+        """The Prometheus alerting rule on this SLO (its quantile over the bound for ``for_minutes``),
+        on the family that answered; None where none did."""
+        if self.source is None:
+            return None
+        name = "".join(w.capitalize() for w in self.metric.split("_")) + "OverSLO"
+        q = self.metric.rsplit("_p", 1)[-1]
+        expr = f"histogram_quantile(0.{q}, sum by (le) (rate({self.source}_bucket[5m]))) > {self.slo_s:g}"
+        return {"alert": name, "expr": expr, "for": f"{for_minutes}m"}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -381,7 +392,8 @@ def assess(
         # a breach that was there before starts where the tail left its usual level, not its bound
         usual = impact.baseline_quantile_s if impact.pre_existing else None
         onset = max(bound, usual) if usual is not None else bound
-        out.slos.append(replace(impact, **_minutes(engine, signal, q, bound, onset, window, baseline, out)))
+        minute = _minutes(engine, signal, q, bound, onset, window, baseline, out)
+        out.slos.append(replace(impact, source=S.resolve(engine, signal).metric, **minute))
     return out
 
 

@@ -84,6 +84,7 @@ class PostmortemModel(TypedDict, total=False):
     severity_why: str
     pre_existing: list[str]  # breaches already there in the baseline, one sentence each
     impact_span: dict[str, str | None]  # {"start", "end"}: the caused breaches' onset and recovery
+    alert_rule: dict[str, str] | None  # {"alert", "expr", "for"}: the SLO alert that would have fired first
     window: dict[str, str]
     baseline: dict[str, str]
     summary: str  # 2-4 sentences

@@ -58,6 +58,10 @@ def _fmt_s(v: float | None) -> str:
     return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
 
 
+RULE_FOR_MIN = 5
+"""The proposed SLO alert's ``for:``: five minutes of a 5-minute rate over the bound, a sustained breach."""
+
+
 def _breach_text(breach: bool | None, judged: Any) -> str:
     """The impact table's breach cell: whether the incident made the breach or found it there."""
     if not breach:
@@ -230,9 +234,29 @@ def build(
             detection += f" The SLO breach ({breach_what}) began at {breach_start}, {lag:.0f} min before."
     else:
         detection = "No alert fired in the incident window (no alert events recorded)."
-        if breach_start:
+        if breach_start and (not caused or any(s_.caused == "new" for s_ in caused)):
             detection += (
                 f" The SLO breach ({breach_what}) began at {breach_start}: an alert on it would have paged."
+            )
+
+    # the alert that would have fired first: on the earliest breach the incident caused, proposed where
+    # no alert fired or the first came more than RULE_FOR_MIN after that breach began
+    rule = None
+    new = [s_ for s_ in caused if s_.caused == "new" and s_.start]  # an SLO alert on a breach there
+    if caused and not new:  # before would have been firing already: no rule to propose on it
+        detection += (
+            f" An SLO alert on {', '.join(s_.label for s_ in caused)} would already have been firing before "
+            "the incident (breached in the baseline too): its SLO or the service needs a look first."
+        )
+    if new:
+        first = min(new, key=lambda s_: s_.start or "")
+        began = datetime.fromisoformat(str(first.start).replace("Z", "+00:00"))
+        late = not first_alert.height or (first_alert["ts"][0] - began).total_seconds() > 60 * RULE_FOR_MIN
+        rule = first.alert_rule(RULE_FOR_MIN) if late else None
+        if rule is not None:
+            detection += (
+                f" Proposed detection: {rule['alert']}, `{rule['expr']}` for {rule['for']} (it would have "
+                f"fired about {RULE_FOR_MIN} min after the {first.label} breach began)."
             )
 
     triage_checked: list[dict[str, Any]] = []
@@ -328,6 +352,15 @@ def build(
                     "owner": "on-call",
                 }
             )
+    if rule is not None:
+        actions.append(
+            {
+                "action": f"add the alert that would have fired first: {rule['alert']}: {rule['expr']} for {rule['for']}",
+                "type": "detect",
+                "priority": "P1",
+                "owner": "on-call",
+            }
+        )
     actions.append(
         job.prevent
         if job is not None
@@ -359,6 +392,7 @@ def build(
         "severity_why": severity_why,
         "pre_existing": pre_existing,
         "impact_span": {"start": breach_start, "end": breach_end},
+        "alert_rule": rule,
         "window": incident.window.as_dict(),
         "baseline": incident.baseline.as_dict() if incident.baseline else {},
         "summary": " ".join(parts),

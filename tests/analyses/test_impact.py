@@ -163,3 +163,21 @@ def test_an_slo_without_a_histogram_is_judged_on_the_quantiles_or_said_missing()
 
 def _ts(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_the_alert_that_would_have_fired_first_is_proposed_only_where_it_would_have():
+    """No alert fired for a new E2E p99 breach: the postmortem proposes the SLO rule on the family that
+    answered. A breach there before (the release regression's E2E p99) gets no rule: it would have been
+    firing already. An alert that came within the rule's 5 minutes (the demo) needs none."""
+    ctx = _sections("decode-thermal-throttle", "baseline", "impact", "triage")
+    model = rb.findings(ctx).finding.data
+    rule = model["alert_rule"]
+    assert rule is not None and rule["for"] == "5m"
+    slo = next(s for s in ctx.results["impact"].slos if s.metric == "e2e_p99")
+    assert slo.caused == "new" and slo.source in rule["expr"] and rule["expr"].endswith(f"> {slo.slo_s:g}")
+    assert any(rule["expr"] in a["action"] for a in model["action_items"] if a["type"] == "detect")
+    regression = _sections("release-regression", "baseline", "impact", "triage")
+    model = rb.findings(regression).finding.data
+    assert model["alert_rule"] is None and "would already have been firing" in model["detection"]
+    demo = _sections("p95-prefill-interference", "baseline", "impact", "triage")
+    assert rb.findings(demo).finding.data["alert_rule"] is None  # TTFTP95High fired at the onset
