@@ -10,6 +10,7 @@ import polars as pl
 
 from perfkit.core.frames import Window
 from perfkit.engine import signals as S
+from perfkit.engine.buckets import first_of, within_resolution
 
 QUANTILES = (0.5, 0.95, 0.99)
 LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "decode")
@@ -41,6 +42,9 @@ class Row:
     slo: float | None = None
     bound: float | None = None  # a latency quantile's first bucket bound, where a side's value lies in it
     under: tuple[bool, bool] = (False, False)  # (baseline, incident) inside that bucket: "at most bound"
+    #: the change is within the histogram's resolution (one bucket, or one edge crossed by a few %:
+    #: perfkit.engine.buckets.within_resolution): no headline
+    within_bucket: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -81,6 +85,8 @@ class Row:
     @property
     def note(self) -> str:
         """Which side's value is only an upper bound (:class:`~perfkit.engine.signals.FirstBucket`)."""
+        if self.within_bucket and not any(self.under):
+            return "within the histogram's resolution: one bucket, or a few % of requests across one edge"
         if not any(self.under) or self.bound is None:
             return ""
         side = "both" if all(self.under) else ("baseline" if self.under[0] else "incident")
@@ -132,11 +138,15 @@ class BaselineComparison:
         )
 
     def headline(self) -> Row | None:
-        """The row with the biggest relative worsening among latency quantiles."""
+        """The row with the biggest relative worsening among latency quantiles, of those whose change
+        the histogram resolves (:attr:`Row.within_bucket`)."""
         lat = [
             r
             for r in self.rows
-            if r.unit == "s" and r.ratio is not None and r.metric.split()[0] in USER_FACING
+            if r.unit == "s"
+            and r.ratio is not None
+            and r.metric.split()[0] in USER_FACING
+            and not r.within_bucket
         ]
         return max(lat, key=lambda r: r.ratio or 0, default=None)
 
@@ -167,7 +177,8 @@ def side_numbers(engine, window: Window, queries: list[str]) -> tuple[dict, dict
     qs = {sig: S.window_quantiles(engine, sig, QUANTILES, window, queries) for sig in LATENCIES}
     if all(v is None for v in qs["tpot"].values()):
         qs.pop("tpot")
-    firsts = {sig: S.first_bucket(engine, sig, window, queries) for sig in qs}
+    counts = {sig: S.window_buckets(engine, sig, window, queries) for sig in qs}
+    firsts = {sig: (first_of(c), c) for sig, c in counts.items()}  # the first bucket, and every bucket
     rates = {
         # the E2E histogram's observations; the finished-request counter where there is none (Triton)
         "requests_per_s": S.request_rate(engine, window, queries),
@@ -252,7 +263,7 @@ def compare(engine, window: Window, baseline: Window | None, slo: dict[str, floa
         missing.append("baseline: no baseline window given; showing the incident alone")
     rows: list[Row] = []
     for sig, by_q in inc_q.items():
-        fb, fi = base_f.get(sig), inc_f.get(sig)
+        (fb, cb), (fi, ci) = base_f.get(sig, (None, None)), inc_f.get(sig, (None, None))
         for q in QUANTILES:
             b, i = base_q.get(sig, {}).get(q), by_q.get(q)
             under = (
@@ -269,6 +280,7 @@ def compare(engine, window: Window, baseline: Window | None, slo: dict[str, floa
                     slo.get(SLO_KEY.get((sig, q), "")),
                     bound.bound if bound else None,
                     under,
+                    bool(cb and ci and within_resolution(cb, ci, q)),
                 )
             )
     units = {

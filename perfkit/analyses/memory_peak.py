@@ -10,6 +10,13 @@ per micro-batch at Korthikanti's 34·h·L bytes per token (FlashAttention, no re
 s·b·h·34 term per layer, with s·b = 1). When that rest outweighs the states under every stage that
 can run, the activations are the largest item whatever the setup, and the seed's first lever,
 activation recomputation, is what to try.
+
+The same arithmetic says when a job *must* be recomputing activations (:func:`implied_recompute`):
+a micro-batch holds at least one whole sequence, so when the rest of the peak holds fewer than half a
+sequence's tokens at 34·h·L (per tensor-parallel rank) under every stage that can run, storing every
+activation cannot be what ran, and full recomputation (2·h·L a token) is what fits. The factor 2 is
+the margin for what 34·h·L leaves out or over-counts (the logits, a fused kernel's buffers, the
+allocator's cache are in the peak; selective recomputation saves a part): tens of %, not 2x.
 """
 
 from __future__ import annotations
@@ -121,4 +128,34 @@ def states_vs_peak(
         full_recompute_bytes_per_token=act_b * 2.0 * model.hidden * model.layers,
         activations_largest=largest,
         first_try=FIRST_TRY["activations"] if over else FIRST_TRY["optimizer"] if rest else "",
+    )
+
+
+IMPLIED_MARGIN = 2.0
+"""How far under one sequence the stored-activation room must be to call recomputation implied
+(module docstring)."""
+
+
+def implied_recompute(peak: StatesVsPeak, seq_len: int, tp: int = 1) -> tuple[str | None, str]:
+    """("full", why) when the observed peak leaves too little room to store one sequence's activations
+    (module docstring), else (None, why not)."""
+    if not peak.rest_bytes or seq_len <= 0 or tp <= 0:
+        return None, "no room left under the peak to weigh"
+    room = max(peak.rest_bytes.values())
+    stored = room * tp / peak.activation_bytes_per_token  # tokens whose activations fit, stored
+    recomputed = room * tp / peak.full_recompute_bytes_per_token
+    if stored * IMPLIED_MARGIN > seq_len:
+        return (
+            None,
+            f"~{stored:,.0f} tokens of stored activations fit: a {seq_len:,}-token sequence needs no recomputation",
+        )
+    if recomputed < seq_len:
+        return (
+            None,
+            f"even with full recomputation only ~{recomputed:,.0f} tokens fit: the memory numbers disagree",
+        )
+    return "full", (
+        f"implied by the memory arithmetic: the {room / GIB:.1f} GiB left under the peak holds ~{stored:,.0f} tokens "
+        f"of stored activations (34·h·L{'' if tp == 1 else f' / tp {tp}'}), {seq_len / stored:.1f}x short of one "
+        f"{seq_len:,}-token sequence, and ~{recomputed:,.0f} with full recomputation (2·h·L): the job recomputes"
     )

@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 MIME = "application/vnd.perfkit.finding+json"
 SCHEMA = 1
@@ -68,7 +68,8 @@ class ActionItem(TypedDict):
     action: str
     type: str  # prevent | detect | mitigate | process
     priority: str  # P0 | P1 | P2
-    owner: str
+    owner: str  # a role: the review names the person
+    due: NotRequired[str]  # a placeholder the review fills (perfkit.report.review.due_by)
 
 
 class PostmortemModel(TypedDict, total=False):
@@ -96,6 +97,8 @@ class PostmortemModel(TypedDict, total=False):
     root_cause: str
     timeline: list[TimelineRow]
     action_items: list[ActionItem]
+    resolution: list[str]  # how it was resolved and mitigated, with times (perfkit.report.review)
+    lessons: dict[str, list[str]]  # {"went_well", "went_wrong", "lucky"}
     missing: list[str]  # every section's missing evidence, de-duplicated
     gpu: str | None  # the GPU section's summary in words
     cost: str | None  # the cost section's summary in words

@@ -412,6 +412,10 @@ def knob(setting: str, engine: str | None, now: object) -> str | None:
     return text.format(now=now) if text else None
 
 
+TRAINING_REVERT = "revert the config change that raised memory (micro-batch size, sequence length); else "
+"""A training OOM's first advice where the change it started with is not known; the postmortem names
+the change instead where it is (:func:`perfkit.report.postmortem.build`)."""
+
 #: a triage row's advice in each engine's own words: ``{key}`` in a row's next step or action
 #: (perfkit.triage.rows) is filled from the incident's serving engine (:func:`words`). Flags as the
 #: engines spell them: vLLM's engine arguments, SGLang's server arguments (python/sglang/srt/
@@ -455,8 +459,8 @@ WORDS: dict[str, dict[str, str]] = {
         "sglang": "lower --mem-fraction-static or --context-length, quantize, or shard wider (--tp)",
         "trtllm": "lower --kv_cache_free_gpu_memory_fraction or --max_seq_len, quantize, or shard wider (--tp_size)",
         "tgi": "lower --cuda-memory-fraction or --max-total-tokens, quantize, or shard wider (--num-shard)",
-        "training": "revert the config change that raised memory (micro-batch size, sequence length); else "
-        "turn on activation recomputation, shard optimizer state (ZeRO / FSDP) or lower the micro-batch",
+        "training": TRAINING_REVERT + "turn on activation recomputation, shard optimizer state (ZeRO / FSDP) "
+        "or lower the micro-batch",
         "": "lower the engine's memory share or context length, quantize, or shard wider",
     },
 }

@@ -24,7 +24,7 @@ from perfkit.core.frames import Window
 from perfkit.engine import dialects, ops
 from perfkit.engine.buckets import FirstBucket as FirstBucket  # re-exported: signals.FirstBucket
 from perfkit.engine.buckets import buckets_quantile as buckets_quantile  # re-exported
-from perfkit.engine.buckets import by_le
+from perfkit.engine.buckets import by_le, first_of
 from perfkit.engine.promql import to_promql
 from perfkit.errors import QueryError
 
@@ -314,15 +314,7 @@ def first_bucket(
     it histogram_quantile interpolates from 0, or returns a bucket at or under 0 exactly) and the
     share of the observations at or under it, of the total histogram_quantile uses (``+Inf``, after
     its monotonic fix). None when the signal is absent or saw nothing."""
-    counts = window_buckets(engine, signal, window, queries)
-    positive = sorted(b for b in counts or {} if 0 < b < math.inf)
-    if not counts or math.inf not in counts or not positive:
-        return None
-    total = max(counts.values())  # histogram_quantile's: +Inf's count after its monotonic fix
-    if total <= 0:
-        return None
-    first = max(v for b, v in counts.items() if b <= positive[0])  # the cumulative count at the bound
-    return FirstBucket(positive[0], min(1.0, max(0.0, first / total)))
+    return first_of(window_buckets(engine, signal, window, queries))
 
 
 def _counter_mean(engine: Engine, signal: str) -> tuple[str, str, float] | None:

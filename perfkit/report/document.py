@@ -112,6 +112,8 @@ class Document:
     breakdown: list[FindingView] = field(default_factory=list)  # training: per rank, per phase
     gpu_more: list[FindingView] = field(default_factory=list)  # training: efficiency, memory
     triage_na: list[dict[str, str]] = field(default_factory=list)  # rows about the other workload
+    resolution: list[str] = field(default_factory=list)  # how it was resolved, with times
+    lessons: dict[str, list[str]] = field(default_factory=dict)  # went_well, went_wrong, lucky
 
     @property
     def training(self) -> bool:
@@ -225,6 +227,10 @@ def build_document(nb: ExecutedNotebook, *, now: datetime | None = None) -> Docu
         breakdown=breakdown,
         gpu_more=gpu_more,
         triage_na=[r for r in rows if r["applies"] == "no"],
+        resolution=_texts(model.get("resolution")),
+        lessons={k: _texts(v) for k, v in (model.get("lessons") or {}).items() if k in LESSONS}
+        if isinstance(model.get("lessons"), Mapping)
+        else {},
     )
 
 
@@ -318,6 +324,14 @@ def _table(value: Any) -> dict[str, Any] | None:
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value).strip()
+
+
+def _texts(values: Any) -> list[str]:
+    return [_text(v) for v in values if isinstance(v, str) and v.strip()] if isinstance(values, list) else []
+
+
+LESSONS = {"went_well": "What went well", "went_wrong": "What went wrong", "lucky": "Where we got lucky"}
+"""The lessons' headings (the Google SRE book's postmortem template)."""
 
 
 def format_window(window: Any) -> str:
@@ -459,9 +473,9 @@ def timeline_rows(timeline: Any) -> list[dict[str, str]]:
 
 
 def action_rows(items: Any) -> list[dict[str, str]]:
-    """Action items (action, type, priority, owner), highest priority first."""
+    """Action items (action, type, priority, owner role, due-by placeholder), highest priority first."""
     rows = [
-        {k: _text(item.get(k)) for k in ("action", "type", "priority", "owner")}
+        {k: _text(item.get(k)) for k in ("action", "type", "priority", "owner", "due")}
         for item in items or []
         if isinstance(item, Mapping)
     ]

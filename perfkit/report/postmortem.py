@@ -16,8 +16,23 @@ from perfkit.analyses.stages import StageBreakdown
 from perfkit.core.findings import ActionItem, PostmortemModel, Table, TimelineRow
 from perfkit.core.frames import iso
 from perfkit.core.incident import Incident
+from perfkit.engine.dialects import TRAINING_REVERT
+from perfkit.report.review import due_by, review
 from perfkit.triage.table import TriageResult
 from perfkit.triage.workload_notes import about_rows
+
+
+def _changes_between(events: pl.DataFrame, incident: Incident) -> list[dict[str, Any]]:
+    """The deploys and config changes between the baseline's end and the incident window's start."""
+    if not events.height or incident.baseline is None or "kind" not in events.columns:
+        return []
+    return list(
+        events.filter(
+            pl.col("kind").is_in(("deploy", "config"))
+            & (pl.col("ts") > incident.baseline.end)
+            & (pl.col("ts") <= incident.window.start)
+        ).iter_rows(named=True)
+    )
 
 
 def breach_interval(
@@ -125,7 +140,7 @@ def build(
     impact: Impact | None = None,
 ) -> PostmortemModel:
     """The postmortem's document model. ``job``: a training job's impact in its own terms (step
-    time, tokens/s, MFU, time lost; :mod:`perfkit.report.training_view`) in place of the latency
+    time, tokens/s, MFU, time lost; :mod:`perfkit.report.training_impact`) in place of the latency
     quantiles, its per-rank and per-phase breakdown in place of the latency stages. ``impact``: the
     SLOs' impact (:mod:`perfkit.analyses.impact`), which sets the severity from what the incident
     caused and tells a breach that was there before from one it made."""
@@ -342,6 +357,19 @@ def build(
             if predicted_fix
             else (triage.next_step(c) if triage else c.row.next_step)
         )
+        trigger = (c.verification.numbers or {}).get("trigger") if job is not None else None
+        between = _changes_between(events, incident) if job is not None else []
+        if isinstance(trigger, dict) and trigger.get("kind") in ("config", "deploy"):
+            change = trigger.get("version") or trigger.get("detail") or ""
+            rest = action.replace(TRAINING_REVERT, "")
+            action = f"revert the {trigger['kind']} change `{change}` of {trigger.get('ts', '')} that it started with; if it must stay: {rest}"
+        elif len(between) == 1:  # a training job's one change between its baseline and the incident
+            e = between[0]
+            change = " ".join(str(x) for x in (e["version"], e["detail"]) if x)
+            action = (
+                f"revert the {e['kind']} `{change}` of {iso(e['ts'])}, the one change between the baseline and "
+                f"the incident window, unless the triage trail clears it; then: {action}"
+            )
         actions.append({"action": action, "type": "mitigate", "priority": "P0", "owner": "service owner"})
         if c.row.action and triage is not None:
             actions.append(
@@ -381,7 +409,36 @@ def build(
                 "owner": "observability",
             }
         )
+    for a in actions:
+        a["due"] = due_by(a["priority"])
+    onset, what = breach_start, f"{breach_what} over {'their SLOs' if ', ' in breach_what else 'its SLO'}"
+    if job is not None:  # a training job: from its first degrading shift, said in its terms
+        shifts = sorted(
+            (sh for sh in (release.shifts if release else []) if sh.degrading), key=lambda sh: sh.ts
+        )
+        onset, what = (iso(shifts[0].ts) if shifts else None), "the job's slowdown"
+    suspect = release.suspect if release else None
+    looked_back = review(
+        incident,
+        events,
+        onset=onset,
+        recovered=breach_end if job is None else None,
+        what=what,
+        first_alert=(first_alert["ts"][0], str(first_alert["detail"][0])) if first_alert.height else None,
+        alert_proposed=rule is not None,
+        pre_existing=pre_existing,
+        confirmed=confirmed[0].row.direction if confirmed else None,
+        ruled_out=sum(r.applies and r.verification.verdict == "ruled_out" for r in triage.results)
+        if triage
+        else 0,
+        trigger=f"{suspect['kind']} {suspect['version'] or suspect['detail']} at {suspect['ts']}"
+        if suspect
+        else None,
+        missing=len(dict.fromkeys(missing)),
+        fix_predicted=bool(predicted_fix),
+    )
     return {
+        **looked_back.as_dict(),  # type: ignore[typeddict-item]
         "title": incident.title,
         "incident": incident.id,
         "service": incident.service,

@@ -24,7 +24,7 @@ from typing import Any
 
 from perfkit.core.scrub import known_secrets
 from perfkit.errors import ConfigError
-from perfkit.report.document import Document, _first_line, _slug, build_document, findings_document
+from perfkit.report.document import LESSONS, Document, _first_line, _slug, build_document, findings_document
 from perfkit.report.markdown import (
     format_cell,
     html_json,
@@ -151,4 +151,5 @@ def _env(kind: str) -> Any:
         env.filters["alt"] = md_alt
     env.filters["cell"] = format_cell
     env.globals["plotly_config"] = html_json(PLOTLY_CONFIG)
+    env.globals["lessons_headings"] = LESSONS
     return env

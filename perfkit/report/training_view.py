@@ -1,45 +1,27 @@
-"""How the training runbook's sections look (profiler traces, efficiency, memory, scaling, training
-cost) and a training job's impact for its postmortem, in the job's own terms.
+"""How the training runbook's sections look (profiler traces, efficiency, memory, scaling) in the
+job's own terms; the training cost and the postmortem's Impact are
+:mod:`perfkit.report.training_impact`'s.
 
 The numbers come from :mod:`perfkit.traces` (HTA's breakdown per rank), :mod:`perfkit.analyses.mfu`,
-:mod:`perfkit.analyses.memory`, :mod:`perfkit.analyses.scaling` and :mod:`perfkit.analyses.cost`;
+:mod:`perfkit.analyses.memory` and :mod:`perfkit.analyses.scaling`;
 :mod:`perfkit.app.runbooks.training` wires them. Here they become findings (verdict line, status,
-table, figure) and the postmortem's Impact table (:class:`~perfkit.report.postmortem.JobTerms`).
-
-**Time lost** is measured against the baseline's tokens/s per GPU: a synchronous data-parallel job
-that keeps its per-GPU batch should keep its per-GPU rate (linear scaling when GPUs are added).
-With ``k`` = incident per-GPU rate / baseline per-GPU rate, a share ``1 - k`` of the incident
-window's GPU time trained nothing the baseline would not have: ``(1 - k) x window`` of wall time,
-``(1 - k) x window x GPUs`` GPU-hours, at the hardware price.
+table, figure).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import plotly.graph_objects as go
 import polars as pl
 
-from perfkit.analyses.cost import usd_per_million_tokens
-from perfkit.core.findings import ActionItem, Finding, Table, table_from_frame
+from perfkit.core.findings import Finding, table_from_frame
 from perfkit.report.bench_figures import TablesSection
 from perfkit.report.figures import PALETTE
-from perfkit.report.postmortem import JobTerms
 from perfkit.report.sections import Section
-from perfkit.report.trace_figures import TracePhase, phase_text
 
 SIDES = ("baseline", "incident")
-SEV2_LOST = 1.0 / 3.0
-"""A job that lost a third of its GPU time or more: its schedule slips by half (1 / (1 - 1/3) =
-1.5x the time to the same tokens): SEV-2."""
-SEV3_LOST = 0.10
-"""10 % lost is beyond a healthy job's run-to-run noise (step time varies by a few % between
-windows: the simulator's and real jobs' jitter), so it is an incident: SEV-3; under it SEV-4."""
-SHARE_FLOOR = 1.0
-"""A share of the step under 1 % in the baseline gets no ratio in the Impact table: a 0.1 % data
-wait (a prefetched batch's queue get) doubling to 0.2 % is noise, not a change."""
 COMPONENT_COLORS = {
     "compute": PALETTE[0],
     "communication": PALETTE[1],
@@ -53,11 +35,11 @@ def _pct(v: float | None, scale: float = 100.0) -> str:
     return "n/a" if v is None else f"{v * scale:.0f} %"
 
 
-def _num(v: float | None, fmt: str = ",.0f") -> str:
+def num_text(v: float | None, fmt: str = ",.0f") -> str:
     return "n/a" if v is None else format(v, fmt)
 
 
-def _ratio(a: float | None, b: float | None) -> str:
+def ratio_text(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a is not None and b else ""
 
 
@@ -275,7 +257,7 @@ def scaling_figure(result: Any) -> go.Figure | None:
     if len(pairs) < 2 or any(s.shares.compute is None for _, s in pairs):
         return None
     sides = [s for _, s in pairs]
-    labels = [f"{n}: {s.gpus} GPUs, {_num(s.tokens_per_s_per_gpu)} tokens/s per GPU" for n, s in pairs]
+    labels = [f"{n}: {s.gpus} GPUs, {num_text(s.tokens_per_s_per_gpu)} tokens/s per GPU" for n, s in pairs]
     fig = go.Figure()
     for k in COMPONENTS:
         values = [(s.shares.get(k) or 0.0) * (s.step_s or 0.0) for s in sides]
@@ -364,221 +346,15 @@ def scaling_section(result: Any, runs: Mapping[str, str | None]) -> Section:
     return TablesSection(f, table, fig, notes=list(dict.fromkeys(notes)))
 
 
-# -- cost and the job's impact ----------------------------------------------------------------------------
-
-
-@dataclass
-class TrainingCost:
-    """What the job's GPUs cost per token and per step in each window, and what the incident lost."""
-
-    usd_per_gpu_hour: float | None
-    price_from: str
-    per_million: dict[str, float | None] = field(default_factory=dict)
-    per_step: dict[str, float | None] = field(default_factory=dict)
-    per_gpu_ratio: float | None = None  # incident per-GPU tokens/s over the baseline's
-    lost_share: float | None = None  # of the incident window's GPU time
-    lost_minutes: float | None = None
-    lost_gpu_hours: float | None = None
-    lost_usd: float | None = None
-    lost_usd_per_day: float | None = None  # if the job kept running like this
-    window_minutes: float | None = None
-
-    def summary(self) -> str:
-        inc, base = self.per_million.get("incident"), self.per_million.get("baseline")
-        if inc is None:
-            return "training cost unknown: " + (
-                "no hardware price" if self.usd_per_gpu_hour is None else "no tokens/s in the incident window"
-            )
-        text = f"${inc:.2f} per million training tokens in the incident window"
-        if base:
-            text += f" against ${base:.2f} in the baseline ({inc / base:.2f}x)"
-        step = self.per_step.get("incident")
-        if step is not None:
-            text += f"; ${step:.3f} per step"
-        if self.lost_usd is not None and self.lost_share:
-            text += (
-                f"; {self.lost_gpu_hours:.1f} GPU-hours (${self.lost_usd:,.0f}) lost in the window, "
-                f"${self.lost_usd_per_day:,.0f} a day while it lasts"
-            )
-        return text + f" (at ${self.usd_per_gpu_hour:g}/GPU-hour, {self.price_from})"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "summary": self.summary()}
-
-
-def training_cost(
-    sides: Mapping[str, Any], price: float | None, price_from: str, window_s: float
-) -> TrainingCost:
-    """Cost per million tokens and per step for each side (:class:`~perfkit.analyses.scaling.RunSide`),
-    and the incident window's lost time and money (module docstring)."""
-    out = TrainingCost(price, price_from, window_minutes=window_s / 60.0)
-    for name, s in sides.items():
-        if s is None or price is None or not s.gpus:
-            continue
-        tps = s.tokens_per_s
-        out.per_million[name] = usd_per_million_tokens(price, s.gpus, tps) if tps else None
-        out.per_step[name] = price * s.gpus * s.step_s / 3600.0 if s.step_s else None
-    inc, base = sides.get("incident"), sides.get("baseline")
-    if inc is not None and base is not None and inc.tokens_per_s_per_gpu and base.tokens_per_s_per_gpu:
-        k = inc.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu
-        out.per_gpu_ratio = k
-        out.lost_share = max(0.0, 1.0 - k)
-        out.lost_minutes = out.lost_share * window_s / 60.0
-        if inc.gpus:
-            out.lost_gpu_hours = out.lost_share * window_s / 3600.0 * inc.gpus
-            if price is not None:
-                out.lost_usd = out.lost_gpu_hours * price
-                out.lost_usd_per_day = out.lost_share * 24.0 * inc.gpus * price
-    return out
-
-
-def cost_section(cost: TrainingCost) -> Section:
-    rows = [
-        [side, cost.per_million.get(side), cost.per_step.get(side)]
-        for side in SIDES
-        if side in cost.per_million or side in cost.per_step
-    ]
-    table = pl.DataFrame(rows, schema=["window", "$ per million tokens", "$ per step"], orient="row")
-    f = Finding(
-        "training_cost",
-        "Training cost",
-        cost.summary(),
-        status="ok" if cost.per_million.get("incident") is not None else "missing",
-        data=cost.as_dict(),
-        table=table_from_frame(table) if rows else None,
-        missing=[] if cost.usd_per_gpu_hour is not None else ["training_cost: no hardware price"],
-    )
-    return Section(f, table if rows else None)
-
-
-def _share_of(side: Any, key: str) -> float | None:
-    return None if side is None else side.shares.get(key)
-
-
-def job_terms(
-    *,
-    sides: Mapping[str, Any],
-    util: Mapping[str, Any],
-    cost: TrainingCost | None,
-    scaling: Any,
-    phases: Sequence[TracePhase],
-    step_s: Mapping[str, float | None],
-) -> JobTerms:
-    """The postmortem's Impact table, headline, severity and breakdown in the job's terms.
-    ``step_s``: the ``train_step`` gauges' mean per window (used when no side has one)."""
-    b, a = sides.get("baseline"), sides.get("incident")
-    rows: list[list[Any]] = []
-
-    def add(
-        metric: str, vb: float | None, va: float | None, fmt: str, note: str = "", floor: float = 0.0
-    ) -> None:
-        """One row; no ratio when the baseline is under ``floor`` (a ratio of near-zero shares is noise)."""
-        if vb is None and va is None:
-            return
-        change = _ratio(va, vb) if vb is None or abs(vb) >= floor else ""
-        rows.append([metric, _num(vb, fmt) if vb is not None else "n/a", _num(va, fmt), change, note])
-
-    add("GPUs", b.gpus if b else None, a.gpus if a else None, "d", a.gpus_from if a else "")
-    sb = (b.step_s if b else None) or step_s.get("baseline")
-    sa = (a.step_s if a else None) or step_s.get("incident")
-    add("step time (s)", sb, sa, ".2f")
-    scaled = [s for s in (b, a) if s is not None and s.scaled]
-    note = "scaled from the ranks that export" if scaled else ""
-    add("tokens/s (job)", b.tokens_per_s if b else None, a.tokens_per_s if a else None, ",.0f", note)
-    add(
-        "tokens/s per GPU",
-        b.tokens_per_s_per_gpu if b else None,
-        a.tokens_per_s_per_gpu if a else None,
-        ",.0f",
-    )
-    ub, ua = util.get("baseline"), util.get("incident")
-    u = ua or ub
-    if u is not None:
-        what = f"{u.model} on {u.gpu}, dense {u.dtype} peak, recompute {u.recompute}"
-        add("MFU (%)", 100 * ub.mfu if ub else None, 100 * ua.mfu if ua else None, ".1f", what)
-    for key, label in (
-        ("data", "data wait, slowest rank (% of step)"),
-        ("communication", "exposed communication (% of step)"),
-    ):
-        vb, va = _share_of(b, key), _share_of(a, key)
-        source = (a.shares.source if a else "") or (b.shares.source if b else "")
-        add(
-            label,
-            None if vb is None else 100 * vb,
-            None if va is None else 100 * va,
-            ".1f",
-            source,
-            SHARE_FLOOR,
-        )
-    if cost is not None and cost.lost_share is not None:
-        rows.append(["time lost in the window", "", f"{cost.lost_minutes:.1f} min of {cost.window_minutes:.0f}",
-                     f"{cost.lost_share:.0%}", "against the baseline's tokens/s per GPU"])  # fmt: skip
-        if cost.lost_gpu_hours is not None:
-            rows.append(["GPU-hours lost", "", f"{cost.lost_gpu_hours:.1f}", "", ""])
-        if cost.lost_usd is not None:
-            rows.append(["cost of the time lost", "", f"${cost.lost_usd:,.0f}", "",
-                         f"${cost.lost_usd_per_day:,.0f} a day while it lasts ({cost.price_from})"])  # fmt: skip
-    if cost is not None:
-        add("$ per million tokens", cost.per_million.get("baseline"), cost.per_million.get("incident"), ".2f")
-    lost = cost.lost_share if cost is not None else None
-    if lost is None and sa and sb:
-        lost = max(0.0, 1.0 - sb / sa)  # same per-GPU work per step: the step time says it
-    severity = "SEV-4" if lost is None or lost < SEV3_LOST else ("SEV-3" if lost < SEV2_LOST else "SEV-2")
-    headline = ""
-    if a is not None and b is not None and a.tokens_per_s_per_gpu and b.tokens_per_s_per_gpu:
-        headline = (
-            f"The job trained {a.tokens_per_s_per_gpu:,.0f} tokens/s per GPU on {a.gpus} GPUs against "
-            f"{b.tokens_per_s_per_gpu:,.0f} on {b.gpus} in the baseline "
-            f"({a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu:.2f}x"
-        )
-        if a.gpus != b.gpus and a.tokens_per_s and b.tokens_per_s:
-            headline += f"; {a.tokens_per_s / b.tokens_per_s:.2f}x the job's throughput for {a.gpus / b.gpus:.2g}x the GPUs"
-        headline += ")"
-        if cost is not None and cost.lost_gpu_hours is not None and lost:
-            usd = f", ${cost.lost_usd:,.0f}" if cost.lost_usd is not None else ""
-            headline += (
-                f": {lost:.0%} of the window's GPU time lost ({cost.lost_gpu_hours:.1f} GPU-hours{usd})"
-            )
-        headline += "."
-    elif sa and sb:
-        headline = f"Step time {sa:.2f} s against {sb:.2f} s in the baseline ({sa / sb:.2f}x)."
-    parts = []
-    if scaling is not None:
-        if scaling.speedup is not None:
-            parts.append(f"Per phase, {scaling.headline()}")
-        for side, s in (("baseline", scaling.before), ("incident", scaling.after)):
-            shares = ", ".join(
-                f"{k} {v:.0%}" for k, v in s.shares.as_dict().items() if isinstance(v, float) and v >= 0.005
-            )
-            if shares and s.step_s:
-                parts.append(f"{side} step {s.step_s:.2f} s: {shares} ({s.shares.source})")
-    parts += [phase_text(p) for p in phases]
-    parts = [t[:1].upper() + t[1:] for t in parts]
-    breakdown = (
-        ". ".join(parts) + "."
-        if parts
-        else "no step breakdown: neither a step split (train_* or a framework's timers) nor profiler traces"
-    )
-    prevent: ActionItem = {
-        "action": "gate every relaunch, resize or config change on a short run compared with the last good one: "
-        f"tokens/s per GPU and MFU within {SEV3_LOST:.0%} (a healthy job's run-to-run noise is a few %), and a "
-        "profiled step (perfkit trace, perfkit scaling)",
-        "type": "prevent",
-        "priority": "P1",
-        "owner": "training infrastructure",
-    }
-    table: Table = {"columns": ["metric", "baseline", "incident", "change", "note"], "rows": rows}
-    return JobTerms(table, headline, breakdown, severity, prevent)
-
-
 __all__ = [
-    "TrainingCost",
-    "cost_section",
+    "SIDES",
+    "num_text",
+    "ratio_text",
+    "checklist_section",
     "efficiency_section",
-    "job_terms",
     "memory_section",
     "missing_section",
     "scaling_figure",
     "scaling_section",
-    "training_cost",
+    "with_checklist",
 ]

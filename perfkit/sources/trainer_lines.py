@@ -55,6 +55,13 @@ prints it:
     1.23, 'learning_rate': 4.9e-05, 'epoch': 0.01}`` and the last one, ``{'train_runtime': 123.4,
     'train_samples_per_second': 10.2, 'train_steps_per_second': 1.3, 'train_loss': 2.1, 'epoch':
     1.0}``. They carry no time and no step: :mod:`perfkit.sources.trainer_series` places them.
+``train_progress``
+    a training script's own progress line, ``step 2500 | loss 1.2297 | lr 2.00e-05 | step_time
+    3.35s | ...`` (the shape of perfkit's simulated trainer and of hand-written loops that print
+    ``f"step {step} | loss {loss:.4f} | ..."``): only its step number is read
+    (:func:`progress_step`), for the job's progress across restarts
+    (:mod:`perfkit.analyses.training_progress`); it is not in :data:`KINDS`, so no series is
+    derived from a format this loose.
 ``elastic_restart``, ``elastic_failure``
     PyTorch elastic (torchrun, ``torch/distributed/elastic/agent/server/api.py`` and
     ``multiprocessing/api.py``): ``[default] Worker group FAILED. 3/3 attempts left; will restart
@@ -108,6 +115,8 @@ _DS_FLOPS = re.compile(
     r"^fwd\+bwd FLOPS per GPU = 3 \* fwd flops per GPU / \(fwd\+bwd latency\): +(\d{1,12}(?:\.\d{1,9})?) ([KMGTP]?)FLOPS\s*$"
 )
 _FLOPS_UNIT = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3}
+_PROGRESS = re.compile(r"\bstep\s{1,4}(\d{1,12})\s{0,4}\|\s{0,4}loss\b")
+PROGRESS_KIND = "train_progress"
 _ELASTIC_RESTART = re.compile(
     r"Worker group FAILED\. (\d{1,6})/(\d{1,6}) attempts left; will restart worker group"
 )
@@ -179,6 +188,13 @@ def trainer_kind(text: str) -> str | None:
     if ("ChildFailedError" in text or "exitcode:" in text) and _ELASTIC_FAIL.search(text):
         return "elastic_failure"
     return None
+
+
+def progress_step(text: str) -> int | None:
+    """The step of a ``step N | loss ...`` progress line (``train_progress`` in the module
+    docstring), or None when ``text`` is not one."""
+    m = _PROGRESS.search(text) if "| loss" in text or "|loss" in text else None
+    return int(m.group(1)) if m else None
 
 
 def number(text: str) -> float | None:
@@ -264,6 +280,9 @@ def trainer_fields(kind: str, text: str) -> dict[str, float]:
         return out
     if kind == "hf":
         return _pairs(_HF_FIELD, text)
+    if kind == PROGRESS_KIND:
+        step = progress_step(text)
+        return {} if step is None else {"step": float(step)}
     if kind == "elastic_restart":
         m = _ELASTIC_RESTART.search(text)
         return {"attempts_left": float(m.group(1)), "attempts": float(m.group(2))} if m else {}

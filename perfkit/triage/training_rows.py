@@ -382,9 +382,15 @@ def verify_loss(ev: Evidence) -> Verification:
             "compare the same steps",
             numbers,
         )
+    if not getattr(ev.train, "loss_by_step", None):
+        why_not = "no step numbers to compare the same steps"
+    elif shared < T.MIN_LOSS_POINTS:
+        why_not = f"only {shared} step(s) logged in both windows (no relaunch replayed them)"
+    else:
+        why_not = "no baseline scatter to scale the same steps' difference by"
     basis = (
         "compared on the loss curve's trend (each window's scatter around its own trend, on different "
-        "batches: no step numbers to compare the same steps)"
+        f"batches: {why_not})"
     )
     unstable = any_of(rougher, recurring)
     if unstable:

@@ -120,8 +120,23 @@ def test_scaling_postmortem_names_communication_and_the_speed_up(allreduce):
     assert float(mfu[2]) < float(mfu[1])  # the same model, fewer tokens per GPU: lower MFU
     ratio = float(impact["tokens/s per GPU"][3].rstrip("x"))
     assert ratio == pytest.approx(sc["efficiency"], abs=0.01)
+    # the resize relaunched from the last checkpoint, below the highest step run before it: the steps
+    # between were run again inside the window (read from the trainer's own step lines here)
+    log = (SCENARIOS / "allreduce-scaling-64gpu" / "logs" / "train.log").read_text()
+    stamped = [
+        (t, int(n))
+        for t, n in re.findall(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\] .*?\bstep (\d+) \|", log)
+    ]
+    start = "2026-12-07 02:20:00"  # incident.yaml's window
+    before = max(n for t, n in stamped if t < start)
+    inside = [n for t, n in stamped if t >= start]
+    resumed = next(n for (_, a), (_, n) in zip(stamped, stamped[1:], strict=False) if n < a)
+    assert resumed < before < max(inside)
+    new_share = (max(inside) - before) / (before - resumed + max(inside) - before)
     lost = impact["time lost in the window"]
-    assert lost[3] == f"{1 - sc['efficiency']:.0%}"
+    # while running the job lost 1 - efficiency; of the steps it ran, only the new ones count
+    assert float(lost[3].rstrip("%")) == pytest.approx(100 * (1 - sc["efficiency"] * new_share), abs=2)
+    assert impact["steps run again (since the checkpoint resumed from)"][2] == f"{before - resumed:,}"
     assert f["efficiency"].status == "ok" and "scaled from the ranks" in f["efficiency"].summary
     assert f["training_cost"].data["lost_usd"] > 0
 

@@ -2,7 +2,8 @@
 item 7). The evidence is gathered from the embedded bundles as triage does; the step-numbered loss
 (``TrainingEvidence.loss_by_step``: rank-mean loss by optimizer step, before the incident window
 and in it) comes from the simulator run that wrote each bundle (same spec, same seed), as a
-trainer's ``step N | loss X`` log lines would give it: no gatherer fills it yet."""
+trainer's ``step N | loss X`` log lines give it at every step (the bundles' logs give every 10th,
+which ``gather`` reads: :func:`perfkit.analyses.training_evidence.loss_by_step`)."""
 
 from __future__ import annotations
 
@@ -67,14 +68,28 @@ def test_the_same_steps_rule_out_a_healthy_replay():
     assert v.verdict == "ruled_out" and "matches the baseline run's" in v.why
 
 
+@pytest.mark.parametrize("name", ["loss-spikes-no-warmup", "loss-oscillation-data-order"])
+def test_the_trainers_own_step_lines_give_the_same_steps(name):
+    # the bundle's log holds the trainer's "step N | loss X" lines, every 10th step; the relaunch
+    # after the deploy replays the steps since the checkpoint, and gather reads them from the log
+    log = (SCENARIOS / name / "logs" / "train.log").read_text()
+    assert "| loss " in log
+    ev = _evidence(name)
+    ratio, shared = same_step_loss(ev)
+    assert shared >= 8 and ratio is not None and ratio > 3.0
+    v = verify_loss(ev)
+    assert v.verdict == "confirmed" and v.numbers["compared_on"] == "same steps"
+
+
 def test_without_step_numbers_it_says_it_compared_the_trend():
     ev = _evidence("loss-spikes-no-warmup")
-    v = verify_loss(ev)  # the gathered evidence has no step numbers
+    ev.train.loss_by_step = None  # a trainer that logs no step numbers
+    v = verify_loss(ev)
     assert v.verdict == "confirmed" and v.numbers["compared_on"] == "trend"
     assert "no step numbers to compare the same steps" in v.why
-    ev = _evidence("train-loss-spike-healthy")
+    ev = _evidence("train-loss-spike-healthy")  # step lines, but no relaunch: no step run twice
     v = verify_loss(ev)
-    assert v.verdict == "ruled_out" and "no step numbers to compare the same steps" in v.why
+    assert v.verdict == "ruled_out" and "only 0 step(s) logged in both windows" in v.why
     # too few shared steps: the trend decides, and the count is reported
     ev.train.loss_by_step = {"baseline": {1: 2.0, 2: 2.0}, "incident": {1: 2.5, 2: 2.5}}
     assert same_step_loss(ev) == (None, 2)

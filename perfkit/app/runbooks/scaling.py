@@ -93,7 +93,9 @@ def side_for(
 ) -> tuple[RunSide, TraceRun | None]:
     """One side from an opened incident (:func:`perfkit.app.runbooks.context.open_incident`): the metrics in
     ``window``, with the split and the GPU count from the bundle's traces of that window (an
-    unreadable trace is named in the side's notes and the metrics' split kept)."""
+    unreadable trace is named in the side's notes and the metrics' split kept), else from NCCL's
+    init lines in the logs when they name more GPUs than the exporting ranks suggest (ranks that
+    do not export are invisible to the metrics: :func:`perfkit.sources.trainer_steps.nccl_world_size`)."""
     from perfkit.analyses.scaling import metrics_side, with_traces
 
     side = metrics_side(ctx.engine, window, label=label, gpus=gpus)
@@ -105,6 +107,16 @@ def side_for(
             side.notes.append(f"traces not used: {exc}")
     if run is not None and run.ranks:
         side = with_traces(side, run.ranks, run.world_size, prefer_gpus=gpus is None)
+    if gpus is None and not side.gpus_from.startswith("traces"):
+        from perfkit.sources.trainer_steps import nccl_world_size
+
+        world = nccl_world_size(getattr(ctx, "logs", None), window.end)
+        if world and (side.gpus is None or world > side.gpus):
+            if side.gpus:
+                side.notes.append(
+                    f"GPU count {world} from NCCL's init lines (the exporting ranks suggested {side.gpus})"
+                )
+            side.gpus, side.gpus_from = world, f"NCCL's init lines in the logs (nranks {world})"
     inc = ctx.incident
     if (
         gpus is None

@@ -9,7 +9,7 @@ memory, scaling, training cost, and the training postmortem. Called from the not
 Wiring only: traces are read and analysed by :mod:`perfkit.traces`, scaling by
 :mod:`perfkit.analyses.scaling` (through :func:`perfkit.app.runbooks.scaling.scaling_for`), MFU by
 :mod:`perfkit.analyses.mfu`, memory by :mod:`perfkit.analyses.memory`; they look as
-:mod:`perfkit.report.training_view` and :mod:`perfkit.report.trace_figures` draw them. Every
+:mod:`perfkit.report.training_view`, :mod:`perfkit.report.training_impact` and :mod:`perfkit.report.trace_figures` draw them. Every
 section says plainly what it lacks (no traces, no model description, one phase only) and never
 raises (:func:`perfkit.app.runbooks.context.section`).
 
@@ -24,7 +24,7 @@ The runbook parameters it reads (kept in ``ctx.params``; 0 or "" means: from the
     incident_gpus = 0   # ... in the incident window; 0: traces, incident.yaml, the exporting ranks
     tp = 1; pp = 1      # tensor / pipeline parallel sizes
     zero_stage = -1     # 0-3 (3: FSDP full shard); -1: unknown (states shown for every stage)
-    recompute = "none"  # activation recomputation: none | selective | full
+    recompute = ""      # activation recomputation: none | selective | full; empty: implied by the memory peak, else none
     dtype = "bf16"      # the matmul dtype MFU's peak is taken for: bf16 | fp16 | fp8
     traces = ""         # a trace file or folder (one file per rank); empty: the bundle's traces/
     tensorboard = ""    # TensorBoard event files' folder (read at load: perfkit.sources.bundle); empty: tensorboard/
@@ -39,8 +39,10 @@ from typing import Any
 
 from perfkit.app.runbooks.context import Context, section
 from perfkit.errors import ConfigError
+from perfkit.report import training_impact as impact
 from perfkit.report import training_view as view
 from perfkit.report.sections import Section
+from perfkit.report.trace_figures import TracePhase
 
 PARAMETERS = (
     "model", "gpu", "seq_len", "global_batch", "micro_batch", "baseline_gpus", "incident_gpus", "tp",
@@ -235,7 +237,7 @@ def _utilisation(ctx: Context) -> tuple[dict[str, Any], str, list[str]]:
         notes: list[str] = []
         if spec is None or gpu is None:
             return out, why, notes
-        recompute, dtype = _text(ctx, "recompute", "none"), _text(ctx, "dtype", "bf16")
+        (recompute, recompute_from), dtype = _recompute(ctx), _text(ctx, "dtype", "bf16")
         for name, s in sides.items():
             seq, note = _seq_len(ctx, s)
             if s.tokens_per_s is None or not s.gpus or seq is None:
@@ -244,13 +246,42 @@ def _utilisation(ctx: Context) -> tuple[dict[str, Any], str, list[str]]:
             out[name] = mfu(s.tokens_per_s, spec, gpu, s.gpus, seq, dtype=dtype, recompute=recompute)
             if note:
                 notes.append(note)
-        if recompute == "none":
-            notes.append(
-                "recompute = none: HFU equals MFU; set `recompute` (selective, full) if the job rematerialises"
-            )
+        notes.append(f"recompute = {recompute}: {recompute_from}")
         return out, (why if all(v is None for v in out.values()) else ""), notes
 
     return ctx.need("utilisation", compute)
+
+
+def _recompute(ctx: Context) -> tuple[str, str]:
+    """The job's activation recomputation and where it comes from: the ``recompute`` parameter, else
+    implied by the observed memory peak (:func:`perfkit.analyses.memory_peak.implied_recompute`),
+    else none, said as an assumption (HFU then equals MFU)."""
+
+    def compute() -> tuple[str, str]:
+        given = _text(ctx, "recompute", "")
+        if given:
+            return given, "the recompute parameter"
+        assumed = "not given: taken as none, so HFU equals MFU; set `recompute` (selective, full) if the job rematerialises"
+        spec, gpu, _ = _hardware(ctx)
+        observed = _observed_fb_bytes(ctx)
+        inc = ctx.incident
+        if spec is None or observed is None or inc is None:
+            return "none", assumed
+        from perfkit.analyses.memory_peak import implied_recompute, states_vs_peak
+
+        side = _sides(ctx)["incident"]
+        gpus = side.gpus or inc.hardware.count
+        seq, _ = _seq_len(ctx, side)
+        if not gpus or not seq:
+            return "none", assumed
+        capacity = gpu.memory_gib * 2**30 if gpu is not None else None
+        peak = states_vs_peak(spec, int(gpus), observed, capacity)
+        implied, why = implied_recompute(peak, int(seq), _int(ctx, "tp", 1, 1, 4096))
+        if implied is None:
+            return "none", f"not given and not implied ({why}): taken as none, so HFU equals MFU"
+        return implied, why
+
+    return ctx.need("recompute", compute)
 
 
 def _frameworks(ctx: Context) -> list[str]:
@@ -275,13 +306,13 @@ def _span_share(span: tuple[float, float], window: Any) -> float:
     return max(0.0, min(b, w1) - max(a, w0)) / (b - a) if b > a else float(w0 <= a <= w1)
 
 
-def _trace_phases(ctx: Context) -> tuple[list[tuple[view.TracePhase, list[Any]]], str]:
+def _trace_phases(ctx: Context) -> tuple[list[tuple[TracePhase, list[Any]]], str]:
     """Every profiled run (the ``traces`` parameter, else the bundle's ``traces/``), read and
     analysed, with the window each lies in; or why there is none."""
     from perfkit.traces.analysis import analyze_traces
     from perfkit.traces.read import read_traces
 
-    def compute() -> tuple[list[tuple[view.TracePhase, list[Any]]], str]:
+    def compute() -> tuple[list[tuple[TracePhase, list[Any]]], str]:
         given = _text(ctx, "traces")
         if given:
             root = Path(given).expanduser()
@@ -308,7 +339,7 @@ def _trace_phases(ctx: Context) -> tuple[list[tuple[view.TracePhase, list[Any]]]
                         break
             sizes = {t.world_size for t in traces if t.world_size is not None}
             report = analyze_traces(traces, path=f"traces/{name}" if name else str(path))
-            out.append((view.TracePhase(name, window, report, sizes.pop() if sizes else None), traces))
+            out.append((TracePhase(name, window, report, sizes.pop() if sizes else None), traces))
         order = {"baseline": 0, "incident": 1}
         out.sort(key=lambda pt: (order.get(pt[0].window, 2), pt[0].name))
         return out, ""
@@ -408,7 +439,7 @@ def memory(ctx: Context) -> Section:
         notes.append(f"micro_batch not given: {micro}, the sequences per data-parallel rank and step "
                      "(no gradient accumulation assumed; set micro_batch when the job accumulates)")  # fmt: skip
     setup = TrainingSetup(seq_len=int(seq), micro_batch=micro, gpus=gpus, tp=tp, pp=pp, zero_stage=zero,
-                          recompute=_text(ctx, "recompute", "none"), sequence_parallel=tp > 1)  # fmt: skip
+                          recompute=_recompute(ctx)[0], sequence_parallel=tp > 1)  # fmt: skip
     return view.memory_section(training_memory(spec, setup, gpu, observed_bytes=observed), [*notes, note])
 
 
@@ -432,18 +463,33 @@ def _price(ctx: Context) -> tuple[float | None, str]:
     return None, ""
 
 
-def _cost(ctx: Context) -> view.TrainingCost:
+def _cost(ctx: Context) -> impact.TrainingCost:
     inc = ctx.incident
     assert inc is not None
     price, source = _price(ctx)
     return ctx.need(
-        "training_cost", lambda: view.training_cost(_sides(ctx), price, source, inc.window.seconds)
+        "training_cost",
+        lambda: impact.training_cost(_sides(ctx), price, source, inc.window.seconds, _progress(ctx)),
     )
+
+
+def _progress(ctx: Context) -> dict[str, Any]:
+    """Window -> the job's net progress from its logged steps (None where the logs number none)."""
+    from perfkit.analyses.training_progress import progress
+    from perfkit.sources.trainer_steps import step_points
+
+    inc = ctx.incident
+    assert inc is not None
+    points = step_points(ctx.logs)
+    logs = ctx.logs
+    seen = logs["ts"].max() if logs is not None and logs.height and "ts" in logs.columns else None
+    windows = {"baseline": inc.baseline, "incident": inc.window}
+    return {k: progress(points, w, seen) if w is not None else None for k, w in windows.items()}  # type: ignore[arg-type]
 
 
 @section("training_cost", "Training cost")
 def training_cost(ctx: Context) -> Section:
-    return view.cost_section(_cost(ctx))
+    return impact.cost_section(_cost(ctx))
 
 
 def _quietly(compute: Any) -> Any:
@@ -471,7 +517,7 @@ def findings(ctx: Context) -> Section:
     phases = _quietly(lambda: _trace_phases(ctx))
     cost = _quietly(lambda: _cost(ctx))
     train = ctx.results.get("train")
-    job = view.job_terms(
+    job = impact.job_terms(
         sides=sides,
         util=util[0] if util else {},
         cost=cost,
