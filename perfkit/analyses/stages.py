@@ -10,9 +10,10 @@ Means are ``increase(_sum)/increase(_count)``. A stage's *share* of TTFT is read
 minute: the median, over the minutes of the window, of that minute's mean stage time over its mean
 TTFT. A mean over the whole window is owned by its worst minutes: the backlog a restarted server
 drains (every request that arrived while it was down waits in its queue), or one burst, can put
-80 % of the window's TTFT in the queue while the typical request waited for nothing. The tail owner is the stage whose p95 grew the most
+80 % of the window's TTFT in the queue while the typical request waited for nothing. The tail owner is the stage whose p95 grew
 the most *relative* to the baseline, among changes big enough to feel (a stage that is slow in both
-windows is not what changed). Decode is compared per token (TPOT, else ITL), since a request's
+windows is not what changed), and of at least two stages timed: the only stage an engine times
+owns nothing by default. Decode is compared per token (TPOT, else ITL), since a request's
 whole decode time mostly measures how many tokens it asked for.
 """
 
@@ -80,6 +81,14 @@ class StageBreakdown:
 
     def summary(self) -> str:
         if not self.tail_owner:
+            timed = [s for s in STAGES if all(self.p95.get(side, {}).get(s) is not None for side in self.p95)]
+            if len(timed) == 1 and self.missing:
+                stage = timed[0]
+                b, i = (_s(self.p95.get(side, {}).get(stage)) for side in ("baseline", "incident"))
+                return (
+                    f"the {stage} stage's p95 went {b} → {i}; it is the only stage the engine times, so which "
+                    "stage owns the tail is not known" + "".join(f"; {x}" for x in self.stand_ins)
+                )
             if self.missing:
                 return "per-stage histograms missing: cannot say which stage owns the tail"
             return "no stage's p95 grew noticeably against the baseline"
@@ -230,7 +239,7 @@ def _tail_owner(engine, window, baseline, inc_p95, base_p95, queries) -> str | N
             continue
         felt = (i - b) >= MIN_FELT_S[stage]
         ratios[stage] = (i / b if b > 0 else float("inf")) if felt else 1.0
-    if not ratios:
+    if len(ratios) < 2:  # one stage timed: it cannot "own" the tail against stages nobody measured
         return None
     owner = max(ratios, key=lambda k: ratios[k])
     return owner if ratios[owner] > 1.0 else None

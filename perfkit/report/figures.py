@@ -133,13 +133,16 @@ def timeseries(
     for i, (name, frame) in enumerate(series.items()):
         if frame is None or not frame.height:
             continue
+        x, y = with_gaps(frame["ts"].to_list(), frame["value"].to_list())
         fig.add_trace(
             go.Scatter(
-                x=[iso(t) for t in frame["ts"].to_list()],
-                y=frame["value"].to_list(),
+                x=x,
+                y=y,
                 name=name,
-                mode="lines",
+                mode="lines+markers" if None in y else "lines",  # a point alone between gaps still shows
+                marker={"size": 4},
                 line={"color": PALETTE[i % len(PALETTE)], "width": 1.6},
+                connectgaps=False,
             )
         )
     mark_windows(fig, window, baseline)
@@ -148,6 +151,29 @@ def timeseries(
     if log_y and fig.data:
         fig.update_yaxes(type="log")
     return _layout(fig, title, ytitle)
+
+
+GAP_STEPS = 2.5
+"""Two points further apart than 2.5 of the series' usual steps have a gap between them (a restart,
+an exporter down, a scrape that failed): the line breaks there instead of drawing a straight line
+across time nobody measured. A single late scrape (up to 2 steps) stays connected."""
+
+
+def with_gaps(ts: list[Any], values: list[Any]) -> tuple[list[str], list[Any]]:
+    """ISO times and values with a ``None`` point inside every gap (:data:`GAP_STEPS`)."""
+    if len(ts) < 3:
+        return [iso(t) for t in ts], list(values)
+    steps = sorted((b - a).total_seconds() for a, b in zip(ts, ts[1:], strict=False))
+    usual = steps[len(steps) // 2]
+    x: list[str] = []
+    y: list[Any] = []
+    for k, (t, v) in enumerate(zip(ts, values, strict=True)):
+        if k and usual > 0 and (t - ts[k - 1]).total_seconds() > GAP_STEPS * usual:
+            x.append(iso(ts[k - 1] + (t - ts[k - 1]) / 2))
+            y.append(None)
+        x.append(iso(t))
+        y.append(v)
+    return x, y
 
 
 def bars(

@@ -21,6 +21,31 @@ from perfkit.report.review import due_by, review
 from perfkit.triage.table import TriageResult
 from perfkit.triage.workload_notes import about_rows
 
+MECHANISMS = {
+    ("queue", "prefill_decode_interference"): (
+        "that queue time is prefill's doing: requests wait behind whole-prompt prefills (head-of-line "
+        "blocking), not for capacity, so the fix is in how prefills are scheduled, not more replicas"
+    ),
+    ("queue", "scheduler_queueing"): (
+        "that queue time is load's doing: more work arrived than the engine serves, so requests wait "
+        "for a slot"
+    ),
+    ("queue", "kv_cache_allocation"): (
+        "that queue time is the KV cache's doing: requests wait for cache blocks (or are preempted "
+        "and queued again), not for compute"
+    ),
+}
+"""What a stage's growth means under the confirmed direction: the mechanism, not the stage's name."""
+
+
+def _stages_text(stages: StageBreakdown | None, direction: str | None) -> str:
+    """The per-stage summary, with the mechanism the confirmed direction gives the stage that grew."""
+    if stages is None:
+        return "per-stage analysis not available"
+    text = stages.summary()
+    mechanism = MECHANISMS.get((stages.tail_owner or stages.ttft_owner or "", direction or ""))
+    return f"{text}; {mechanism}" if mechanism else text
+
 
 def _changes_between(events: pl.DataFrame, incident: Incident) -> list[dict[str, Any]]:
     """The deploys and config changes between the baseline's end and the incident window's start."""
@@ -463,7 +488,7 @@ def build(
         "trigger": release.summary() if release else "release history not analysed",
         "stages": job.breakdown
         if job is not None
-        else (stages.summary() if stages else "per-stage analysis not available"),
+        else (_stages_text(stages, confirmed[0].row.direction if confirmed else None)),
         "triage_checked": triage_checked,
         "root_cause": root,
         "timeline": timeline,
