@@ -81,6 +81,15 @@ def test_the_trainers_own_step_lines_give_the_same_steps(name):
     assert v.verdict == "confirmed" and v.numbers["compared_on"] == "same steps"
 
 
+@pytest.mark.parametrize("name", ["loss-spikes-no-warmup", "loss-oscillation-data-order"])
+def test_without_step_numbers_the_trend_confirms_it(name):
+    # a trainer that logs no step numbers: the loss curve's scatter around its trend decides
+    ev = _evidence(name)
+    ev.train.loss_by_step = None
+    v = verify_loss(ev)
+    assert v.verdict == "confirmed" and v.numbers["compared_on"] == "trend", v.why
+
+
 def test_without_step_numbers_it_says_it_compared_the_trend():
     ev = _evidence("loss-spikes-no-warmup")
     ev.train.loss_by_step = None  # a trainer that logs no step numbers
