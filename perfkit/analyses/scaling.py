@@ -48,12 +48,15 @@ incident's ``hardware.count`` when the labels follow no node pattern. ``gpus_fro
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from perfkit.analyses.training_stalls import described, running, running_mean, stalls
 from perfkit.core.frames import Window
 from perfkit.engine import signals as S
 
@@ -66,6 +69,7 @@ MIN_STEPS_PER_WINDOW = 4
 """Fewer than four steps in a window (scrape-grid points of the step series) give no split."""
 GRID_S = 15.0  # the step series are read on the usual scrape interval
 RATE_STEP_S = 60.0
+Stalls = Sequence[tuple[datetime, datetime]]
 """Throughput is averaged over 1-minute rates (four 15 s scrapes, what rate() needs): a 6-9 s step
 of a large model lands 6-10 times in each."""
 
@@ -258,11 +262,15 @@ def infer_world_size(ranks: list[int]) -> tuple[int | None, str]:
     return rs[-1] + 1, "at least the highest exporting rank + 1 (the rank labels follow no node pattern)"
 
 
-def _rank_rates(engine: Any, window: Window) -> dict[str, float]:
+def _rank_rates(engine: Any, window: Window, frozen: Stalls = ()) -> dict[str, float]:
     """Tokens/s of each exporting rank while it ran: the mean of its 1-minute rates over the
-    window (minutes with no samples, a relaunch's downtime, do not count: scaling is about the
-    running job; a restart's cost is another question)."""
+    window (minutes with no samples, a relaunch's downtime, and minutes it stood still do not
+    count: scaling is about the running job; a restart's or a hang's cost is another question)."""
+    reach = timedelta(
+        seconds=RATE_STEP_S
+    )  # a rate reads the minute before it: one that straddles a stall too
     frame = S.rate_series(engine, "train_tokens", window, RATE_STEP_S, by=("rank",))
+    frame = running(frame, [(a, b + reach) for a, b in frozen])
     if not frame.height:
         return {}
     frame = frame.filter(pl.col("value").is_finite())
@@ -272,13 +280,10 @@ def _rank_rates(engine: Any, window: Window) -> dict[str, float]:
     return {str(r): float(v) for r, v in zip(means["rank"], means["value"], strict=True) if v is not None}
 
 
-def _series_mean(engine: Any, signal: str, window: Window, combine: str) -> tuple[float | None, int]:
-    frame = S.gauge_series(engine, signal, window, GRID_S, combine=combine)
-    if not frame.height:
-        return None, 0
-    v = frame["value"].to_numpy().astype(np.float64)
-    v = v[np.isfinite(v)]
-    return (float(v.mean()), int(v.size)) if v.size else (None, 0)
+def _series_mean(
+    engine: Any, signal: str, window: Window, combine: str, frozen: Stalls = ()
+) -> tuple[float | None, int]:
+    return running_mean(S.gauge_series(engine, signal, window, GRID_S, combine=combine), list(frozen))
 
 
 def metrics_side(
@@ -287,7 +292,12 @@ def metrics_side(
     """A side from the ``train_*`` series in ``window``: throughput of all ranks (scaled from the
     reporting ones), mean step time and the critical-path split (module docstring)."""
     side = RunSide(label, window)
-    rates = _rank_rates(engine, window)
+    step = S.gauge_stat(engine, "train_step", window, "avg", combine="avg")
+    frozen = stalls(engine, window, step)  # a hung job's gauges repeat its last step: left out
+    if frozen:
+        step = _series_mean(engine, "train_step", window, "avg", frozen)[0]
+        side.notes.append(described(frozen))
+    rates = _rank_rates(engine, window, frozen)
     if not rates:
         side.notes.append("no train_tokens_total in the window: throughput unknown")
     named = [int(r) for r in rates if r.lstrip("-").isdigit()]
@@ -300,10 +310,9 @@ def metrics_side(
         side.gpus, side.gpus_from = infer_world_size(named)
     elif rates:
         side.notes.append("train_tokens_total carries no rank label: it is taken as the whole job's")
-    step = S.gauge_stat(engine, "train_step", window, "avg", combine="avg")
     side.step_s = step
-    wait, n_wait = _series_mean(engine, "train_data_wait", window, "max")
-    comm, n_comm = _series_mean(engine, "train_comm", window, "min")
+    wait, n_wait = _series_mean(engine, "train_data_wait", window, "max", frozen)
+    comm, n_comm = _series_mean(engine, "train_comm", window, "min", frozen)
     if (
         step
         and step > 0

@@ -23,8 +23,8 @@ def training_table(ev: TrainingEvidence) -> pl.DataFrame:
     measures: list[tuple[str, dict[str, Any], str]] = [
         ("step time", ev.step_s, "s"),
         ("data wait (slowest rank)", ev.data_wait_share, "share"),
-        ("exposed communication", ev.comm_share, "share"),
-        ("tokens/s per GPU", ev.tokens_per_s, "tok/s"),
+        ("exposed communication (mean over ranks)", ev.comm_share, "share"),
+        ("tokens/s per GPU (whole window, time down included)", ev.tokens_per_s, "tok/s"),
         ("loss roughness", ev.loss_roughness, "rel"),
         ("loss spikes", ev.loss_spikes, "count"),
         *((f"{name} (framework, as reported)", d, unit) for name, (d, unit) in ev.reported.items()),

@@ -23,12 +23,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, cast
 
 import numpy as np
 import polars as pl
 
 from perfkit.analyses.mfu import training_throughput
+from perfkit.analyses.training_stalls import running, running_mean, stalls
 from perfkit.core.frames import Window
 from perfkit.core.incident import Incident
 from perfkit.core.ratios import MAD_TO_SD
@@ -71,11 +73,16 @@ class TrainingEvidence:
     #: where each signal came from: "perfkit TrainMetrics (train_step_duration_seconds)" or a
     #: framework's log lines ("Megatron-LM log lines (trainer_step_seconds)")
     sources: dict[str, str] = field(default_factory=dict)
+    #: per window, the spans the job stood still while its gauges repeated the last step
+    #: (:mod:`perfkit.analyses.training_stalls`): left out of the step-time averages
+    stalled: dict[str, list[tuple[datetime, datetime]]] = field(default_factory=dict)
     #: the throughput the framework's lines state, per window: name -> ({side: value}, unit)
     reported: dict[str, tuple[dict[str, float | None], str]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()}
+        out = {k: v for k, v in self.__dict__.items()}
+        out["stalled"] = {k: [[a.isoformat(), b.isoformat()] for a, b in v] for k, v in self.stalled.items()}
+        return out
 
 
 def _share(part: float | None, whole: float | None) -> float | None:
@@ -230,13 +237,20 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
     for side, w in sides:  # the baseline first: its roughness is the incident's spike scale
         grid = _grid(ev.scrape_s or MIN_SCRAPE_S, w)
         step = S.gauge_stat(engine, "train_step", w, "avg", combine="avg")
+        comm = S.gauge_stat(engine, "train_comm", w, "avg", combine="avg")
+        # A hung job's gauges repeat the step before the hang: those minutes are not its step time.
+        frozen = stalls(engine, w, step)
+        ev.stalled[side] = frozen
+        if frozen:
+            step = running_mean(S.gauge_series(engine, "train_step", w, grid, combine="avg"), frozen)[0]
+            comm = running_mean(S.gauge_series(engine, "train_comm", w, grid, combine="avg"), frozen)[0]
         ev.step_s[side] = step
         # The slowest rank sets a synchronous job's pace: at each step take the rank that waited most.
-        waits = S.gauge_series(engine, "train_data_wait", w, grid, combine="max")
+        waits = running(S.gauge_series(engine, "train_data_wait", w, grid, combine="max"), frozen)
         ev.data_wait_share[side] = _share(
             float(cast(float, waits["value"].mean())) if waits.height else None, step
         )
-        ev.comm_share[side] = _share(S.gauge_stat(engine, "train_comm", w, "avg", combine="avg"), step)
+        ev.comm_share[side] = _share(comm, step)
         # tokens/s per GPU (the mean of the ranks that export), not the sum over the ranks that export:
         # 11 of 32 exporting ranks, then 15 of 64, made a 32 -> 64 GPU resize read 0.98x the baseline
         thr = training_throughput(engine, w)
@@ -252,7 +266,7 @@ def gather_training(engine: Any, inc: Incident) -> TrainingEvidence:
                 by_side, _ = ev.reported.setdefault(name, ({}, unit))
                 by_side[side] = None if value is None else value * factor
         ev.step_jitter[side] = step_jitter(
-            S.gauge_series(engine, "train_step", w, grid, combine="avg", by=("rank",))
+            running(S.gauge_series(engine, "train_step", w, grid, combine="avg", by=("rank",)), frozen)
         )
         loss = S.gauge_series(engine, "train_loss", w, grid, combine="avg")
         if loss.height:

@@ -115,6 +115,9 @@ class Row:
     noise_from: str = "none"
     """The noise term's source: ``within-run CI``, ``history MAD``, ``both``, ``history only`` (no
     records), ``tool-reported, no records``, ``none``."""
+    noise: float | None = None
+    """The band's measured-noise term (``k`` x the larger of the within-run and the history's SD), shown
+    beside the band so a reader sees how much of the band the measurement's own noise asks for."""
 
 
 @dataclass
@@ -154,7 +157,16 @@ class Verdict:
             return f"REGRESSION in {len(self.regressed)} metric{'s' if len(self.regressed) != 1 else ''} {against}: {worst}"
         judged = sum(r.status != "no-data" for r in self.rows)
         better = f", {len(self.improved)} improved" if self.improved else ""
-        return f"pass: {judged} metrics within their bands{better} {against}"
+        unjudged = self.unjudged
+        skipped = f"; {len(unjudged)} not judged: {', '.join(unjudged)}" if unjudged else ""
+        return f"pass: {judged} metrics within their bands{better} {against}{skipped}"
+
+    @property
+    def unjudged(self) -> list[str]:
+        """The metrics the gate did not judge: no value, no history, too few requests, or disabled."""
+        rules = _dict(self.policy.get("metrics")).items()
+        off = [str(m) for m, rule in rules if not _dict(rule).get("enabled", True)]
+        return [r.metric for r in self.rows if r.status == "no-data"] + off
 
     def as_dict(self) -> dict[str, Any]:
         """The verdict as the JSON ``perfkit gate --out`` writes (``schema`` ``perfkit.gate/1``)."""
@@ -279,8 +291,7 @@ def judge(
             "no per-request records with the result: its bands rest on the history and the tool's own "
             "figures (a p99 is judged only against 3 baselines or more)"
         )
-    if few := [r for r in verdict.rows if (r.why or "").startswith("too few requests")]:
-        verdict.notes.append(f"not judged: {', '.join(r.metric for r in few)}: {few[0].why}")
+    verdict.notes.extend(_unjudged_notes(verdict.rows, policy))
     counted = [r for r in verdict.rows if r.status != "no-data" and r.metric not in _NOT_COUNTED]
     if verdict.reasons:
         verdict.overall = "unusable"
@@ -398,7 +409,24 @@ def _judge_metric(
     return Row(
         rule.metric, rule.direction, rule.unit, status, new, median, spread, band, band_from,
         median + sign * band, change, len(values), None, within, noise_from,
+        terms["noise"] if within is not None or history_term is not None else None,
     )  # fmt: skip
+
+
+def _unjudged_notes(rows: Sequence[Row], policy: Policy) -> list[str]:
+    """``not judged: p99_ttft_ms, p99_itl_ms: too few requests for p99: n=...``, one line per kind of
+    reason (its first full text), and the metrics the policy turned off: what a pass did not look at
+    is said beside it."""
+    kinds: dict[str, tuple[str, list[str]]] = {}
+    for row in rows:
+        if row.status == "no-data":
+            why = row.why or "no value"
+            kind = why.split(":")[0]
+            kinds.setdefault(kind, (why, []))[1].append(row.metric)
+    notes = [f"not judged: {', '.join(metrics)}: {why}" for why, metrics in kinds.values()]
+    if off := [r.metric for r in policy.rules if not r.enabled]:
+        notes.append(f"not judged: {', '.join(off)}: turned off by the policy ({policy.source})")
+    return notes
 
 
 def _failure_notes(result: Mapping[str, Any], verdict: Verdict) -> None:

@@ -287,13 +287,13 @@ def verdict_table(verdict: Mapping[str, Any]) -> pl.DataFrame:
     """The gate's rows as ``perfkit gate`` prints them, worst first; ``why`` says why a row was not judged."""
     rows = [m for m in verdict.get("metrics") or [] if isinstance(m, Mapping)]
     columns = {"metric": "metric", "status": "status", "unit": "unit", "new": "new", "history median": "median",
-               "change %": "change_pct", "band": "band", "band from": "band_from", "noise from": "noise_from",
+               "change %": "change_pct", "band": "band", "band from": "band_from", "noise": "noise", "noise from": "noise_from",
                "limit": "limit", "why": "why"}  # fmt: skip
     text = ("metric", "status", "unit", "band from", "noise from", "why")
     data = {t: [_text(m.get(k) or "", 60) if t in text else number(m.get(k)) for m in rows] for t, k in columns.items()}  # fmt: skip
     data["change %"] = [None if (v := number(x)) is None else round(v, 1) for x in data["change %"]]
     frame = _frame(data, text)
-    return frame.insert_column(10, pl.Series("runs", [int(number(m.get("n")) or 0) for m in rows], pl.Int64))
+    return frame.insert_column(11, pl.Series("runs", [int(number(m.get("n")) or 0) for m in rows], pl.Int64))
 
 
 VERDICT_STYLE = {"regressed": "background-color: #fde2e1", "improved": "background-color: #e3f4e1", "no-data": "color: #6b7280"}  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from perfkit.analyses.baseline import USER_FACING
+from perfkit.analyses.training_stalls import described
 from perfkit.analyses.workloads import describe
 from perfkit.core.findings import Finding, record, table_from_frame
 from perfkit.core.frames import iso
@@ -473,9 +474,11 @@ def training_section(
 
     step_i, step_b = ev.step_s.get("incident"), ev.step_s.get("baseline")
     step = f"step {step_i:.2f} s vs {step_b or 0:.2f} s" if step_i is not None else "step time unknown"
-    summary = f"{step}; data wait {pct(share_w)} of the step on the slowest rank, exposed comm {pct(share_c)}"
+    summary = f"{step}; data wait {pct(share_w)} of the step on the slowest rank, exposed communication {pct(share_c)} (mean over ranks)"
     if tps.get("baseline") and tps.get("incident") is not None:
-        summary += f"; tokens/s per GPU {tps['incident'] / tps['baseline']:.2f}x the baseline"
+        summary += f"; tokens/s per GPU over the whole window (time down included) {tps['incident'] / tps['baseline']:.2f}x the baseline"
+    if frozen := (getattr(ev, "stalled", {}) or {}).get("incident"):
+        summary += "; " + described(frozen)
     sources = getattr(ev, "sources", {}) or {}
     if sources and not all(v.startswith("perfkit TrainMetrics") for v in sources.values()):
         summary += "; from " + "; ".join(f"{k.removeprefix('train_')}: {v}" for k, v in sources.items())

@@ -186,7 +186,7 @@ def job_terms(
     note = "scaled from the ranks that export" if scaled else ""
     add("tokens/s (job)", b.tokens_per_s if b else None, a.tokens_per_s if a else None, ",.0f", note)
     add(
-        "tokens/s per GPU",
+        "tokens/s per GPU (while running)",
         b.tokens_per_s_per_gpu if b else None,
         a.tokens_per_s_per_gpu if a else None,
         ",.0f",
@@ -201,7 +201,7 @@ def job_terms(
                 f"the FLOPs the GPUs ran, recomputation ({u.recompute}) included")  # fmt: skip
     for key, label in (
         ("data", "data wait, slowest rank (% of step)"),
-        ("communication", "exposed communication (% of step)"),
+        ("communication", "exposed communication, critical path (% of step)"),
     ):
         vb, va = _share_of(b, key), _share_of(a, key)
         source = (a.shares.source if a else "") or (b.shares.source if b else "")

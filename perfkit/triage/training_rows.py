@@ -234,7 +234,7 @@ def verify_gpu_net(ev: Evidence) -> Verification:
         return Verification(
             "confirmed",
             f"{nccl} NCCL warnings/timeouts in the window"
-            + (f"; exposed communication {i:.0%} of the step" if i is not None else ""),
+            + (f"; exposed communication {i:.0%} of the step (mean over ranks)" if i is not None else ""),
             numbers,
             cuts_of(negate(waiting_for_data), warned),
         )
@@ -247,7 +247,7 @@ def verify_gpu_net(ev: Evidence) -> Verification:
         # with data loading: the network is not shown to be the cause.
         return Verification(
             "inconclusive",
-            f"exposed communication is {i:.0%} of the step (baseline {b or 0:.0%}), but the host is busy "
+            f"exposed communication is {i:.0%} of the step, mean over ranks (baseline {b or 0:.0%}), but the host is busy "
             "feeding the GPUs and no data-wait timer is logged: ranks waiting in the collective for a "
             "slow rank's batch look the same",
             numbers,
@@ -256,7 +256,7 @@ def verify_gpu_net(ev: Evidence) -> Verification:
     if comm_up:
         return Verification(
             "confirmed",
-            f"exposed communication is {i:.0%} of the step (baseline {b or 0:.0%})",
+            f"exposed communication is {i:.0%} of the step, mean over ranks (baseline {b or 0:.0%})",
             numbers,
             cuts_of(negate(waiting_for_data), negate(warned), comm_up),
         )

@@ -155,6 +155,29 @@ def test_the_spread_term_absorbs_noise_a_tight_history_flags() -> None:
     assert row(judge(new, outlier), "median_ttft_ms").status == "regressed"
 
 
+def test_the_measured_noise_is_shown_beside_a_band_the_policy_set() -> None:
+    """The expert's case: a 5 ms band from the 10 % policy over a history whose spread is a fraction
+    of a millisecond; the row carries both, so a reader sees the policy, not the noise, set the band."""
+    tight = judge(bench_doc(ttft=51.0), history([50.0, 50.1, 49.9, 50.0, 50.05]))
+    median = row(tight, "median_ttft_ms")
+    assert median.band_from == "relative" and median.band == pytest.approx(5.0)
+    assert median.noise == pytest.approx(3 * median.spread) and median.noise < median.band / 10
+
+
+def test_a_pass_says_what_it_did_not_judge() -> None:
+    base = history([50.0, 50.0, 50.0], completed=200)
+    off = Policy.from_mapping({"metrics": {"errors.rate": {"enabled": False}}}, source="strict.yaml")
+    v = judge(bench_doc(completed=200), base, off)
+    assert v.overall == "pass"
+    assert v.unjudged == ["p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms", "errors.rate"]
+    assert v.headline().endswith(
+        "; 5 not judged: p99_ttft_ms, p99_tpot_ms, p99_itl_ms, p99_e2el_ms, errors.rate"
+    )
+    assert "not judged: errors.rate: turned off by the policy (strict.yaml)" in v.notes
+    assert all(r.metric != "errors.rate" for r in v.rows)
+    assert "not judged" not in judge(bench_doc(), history([50.0, 50.0, 50.0])).headline()
+
+
 def test_a_single_baseline_gets_the_relative_band() -> None:
     base = history([100.0])
     assert row(judge(bench_doc(ttft=105.0), base), "median_ttft_ms").status == "pass"

@@ -168,7 +168,8 @@ def test_gate_policy_loosens_a_metric(setup: tuple[Path, Path], tmp_path: Path) 
     )
     res = run("gate", write(runs, "new.json", bench_doc(ttft=75.0)), "--store", st, "--policy", policy)
     assert res.exit_code == 0, res.output
-    assert "mean_e2el_ms" not in res.stdout
+    assert "mean_e2el_ms (" not in res.stdout  # no row in the table: said once, as not judged
+    assert f"not judged: mean_e2el_ms: turned off by the policy ({policy})" in res.stdout.replace("\n", "")
 
 
 def test_gate_warns_about_a_corrupt_store_file(setup: tuple[Path, Path]) -> None:

@@ -75,7 +75,7 @@ def test_dataloader_postmortem_names_the_data_pipeline(dataloader):
     impact = _impact(dataloader)
     wait = impact["data wait, slowest rank (% of step)"]
     assert float(wait[1]) < 1.0 and 20.0 < float(wait[2]) < 40.0  # answer.yaml: ~30 %, under 1 % before
-    assert "tokens/s per GPU" in impact and "time lost in the window" in impact
+    assert "tokens/s per GPU (while running)" in impact and "time lost in the window" in impact
     # the traces find the rank the others wait for, and draw the step it stalled in
     trace = f["trace"]
     assert trace.status == "ok" and "waits for the data loader" in trace.summary
@@ -114,11 +114,11 @@ def test_scaling_postmortem_names_communication_and_the_speed_up(allreduce):
     assert "communication" in breakdown and re.search(r"scaling efficiency 0\.[78]\d", breakdown)
     impact = _impact(allreduce)
     assert impact["GPUs"][1:3] == ["32", "64"]
-    comm = impact["exposed communication (% of step)"]
+    comm = impact["exposed communication, critical path (% of step)"]
     assert 10 < float(comm[1]) < 22 and 30 < float(comm[2]) < 45  # answer.yaml: ~15 % -> ~35 %
     mfu = impact["MFU (%)"]
     assert float(mfu[2]) < float(mfu[1])  # the same model, fewer tokens per GPU: lower MFU
-    ratio = float(impact["tokens/s per GPU"][3].rstrip("x"))
+    ratio = float(impact["tokens/s per GPU (while running)"][3].rstrip("x"))
     assert ratio == pytest.approx(sc["efficiency"], abs=0.01)
     # the resize relaunched from the last checkpoint, below the highest step run before it: the steps
     # between were run again inside the window (read from the trainer's own step lines here)
@@ -146,7 +146,7 @@ def test_scaling_postmortem_names_communication_and_the_speed_up(allreduce):
 def test_training_postmortem_speaks_in_the_jobs_terms(case, request):
     pm = request.getfixturevalue(case)
     impact = _section(pm["md"], "Impact")
-    assert "tokens/s per GPU" in impact and "step time" in impact
+    assert "tokens/s per GPU (while running)" in impact and "step time" in impact
     assert not SERVING_METRICS.search(impact), impact
     assert "Per-stage analysis" not in pm["md"] and "latency histograms" not in pm["md"]
     trail = _section(pm["md"], "Triage trail")

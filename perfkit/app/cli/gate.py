@@ -373,8 +373,9 @@ def print_verdict(verdict: gating.Verdict, console: Console, *, headline: bool =
     if not verdict.rows:
         return
     table = Table(
-        title="gate: new result vs the median of its history (band = allowed worsening; noise from the "
-        "runs' own intervals, within-run CI, and the history's spread, history MAD)"
+        title="gate: new result vs the median of its history (band = allowed worsening, the largest of "
+        "its terms; noise = k x the measured SD, from the runs' own intervals, within-run CI, and the "
+        "history's spread, history MAD)"
     )
     for col in (
         "metric",
@@ -382,6 +383,7 @@ def print_verdict(verdict: gating.Verdict, console: Console, *, headline: bool =
         "baseline median",
         "spread",
         "band",
+        "noise",
         "noise from",
         "limit",
         "new",
@@ -397,6 +399,7 @@ def print_verdict(verdict: gating.Verdict, console: Console, *, headline: bool =
             _value(row.median, row.unit),
             _value(row.spread, row.unit),
             f"{_value(row.band, row.unit)} ({row.band_from})" if row.band_from else "-",
+            _value(row.noise, row.unit),
             row.noise_from if row.status != "no-data" else "-",
             _value(row.limit, row.unit),
             _value(row.new, row.unit),
