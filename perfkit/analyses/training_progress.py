@@ -227,4 +227,60 @@ def progress(
     )
 
 
-__all__ = ["Progress", "Restart", "progress"]
+@dataclass
+class Rollback:
+    """What reverting a change that spoiled the training (a loss that spikes or diverges) discards:
+    the job resumes from the last checkpoint saved before the change, and every step since, the
+    good ones between that checkpoint and the change included, is trained again."""
+
+    change_at: datetime
+    resume_step: int
+    resume_at: datetime  # the checkpoint's save, or the change when no save is logged
+    from_checkpoint: bool
+    frontier: int  # the highest step logged up to ``until``
+    until: datetime
+
+    @property
+    def steps(self) -> int:
+        return max(0, self.frontier - self.resume_step)
+
+    @property
+    def seconds(self) -> float:
+        """Wall time since the resume point: what the job spent on the steps discarded."""
+        return max(0.0, (self.until - self.resume_at).total_seconds())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "change_at": self.change_at.isoformat(),
+            "resume_step": self.resume_step,
+            "resume_at": self.resume_at.isoformat(),
+            "from_checkpoint": self.from_checkpoint,
+            "frontier": self.frontier,
+            "until": self.until.isoformat(),
+            "steps": self.steps,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def rollback(
+    points: list[tuple[datetime, int]],
+    checkpoints: list[tuple[datetime, int]],
+    change_at: datetime,
+    until: datetime,
+) -> Rollback | None:
+    """The cost of rolling back to before ``change_at`` (:class:`Rollback`), from the logged steps and
+    checkpoint saves up to ``until``. Without a checkpoint line before the change the step logged at
+    the change is the resume point, a lower bound on the cost; None without a step before it."""
+    logged = [(t, s) for t, s in points if t <= until]
+    before = [s for t, s in logged if t <= change_at]
+    if not logged or not before:
+        return None
+    frontier = max(s for _, s in logged)
+    saved = [(t, s) for t, s in checkpoints if t <= change_at]
+    if saved:
+        at, step = max(saved, key=lambda c: c[0])
+        return Rollback(change_at, step, at, True, frontier, until)
+    return Rollback(change_at, max(before), change_at, False, frontier, until)
+
+
+__all__ = ["Progress", "Restart", "Rollback", "progress", "rollback"]

@@ -60,6 +60,29 @@ def _changes_between(events: pl.DataFrame, incident: Incident) -> list[dict[str,
     )
 
 
+def training_change(c: Any, events: pl.DataFrame, incident: Incident) -> dict[str, Any] | None:
+    """The change a training P0 reverts, for the confirmed row ``c``: the config or deploy its crashes
+    started with (the row's ``trigger``), else the one deploy or config change between the baseline
+    and the incident window; None when neither. ``name``, ``kind``, ``at`` (a datetime or None),
+    ``at_text`` and ``trigger`` (whether the row tied it to the onset)."""
+    trigger = (c.verification.numbers or {}).get("trigger")
+    if isinstance(trigger, dict) and trigger.get("kind") in ("config", "deploy"):
+        ts = trigger.get("ts")
+        try:
+            at = datetime.fromisoformat(str(ts).replace("Z", "+00:00")) if ts else None
+        except ValueError:
+            at = None
+        name = trigger.get("version") or trigger.get("detail") or ""
+        return {"kind": trigger["kind"], "name": name, "at": at, "at_text": str(ts or ""), "trigger": True}
+    between = _changes_between(events, incident)
+    if len(between) != 1:
+        return None
+    e = between[0]
+    version, detail = e["version"] or "", e["detail"] or ""
+    name = detail if version and version in detail else " ".join(x for x in (version, detail) if x)
+    return {"kind": e["kind"], "name": name, "at": e["ts"], "at_text": iso(e["ts"]), "trigger": False}
+
+
 def breach_interval(
     frame: pl.DataFrame | None, slo: float | None, after: datetime
 ) -> tuple[str | None, str | None]:
@@ -382,18 +405,14 @@ def build(
             if predicted_fix
             else (triage.next_step(c) if triage else c.row.next_step)
         )
-        trigger = (c.verification.numbers or {}).get("trigger") if job is not None else None
-        between = _changes_between(events, incident) if job is not None else []
-        if isinstance(trigger, dict) and trigger.get("kind") in ("config", "deploy"):
-            change = trigger.get("version") or trigger.get("detail") or ""
+        change = training_change(c, events, incident) if job is not None else None
+        if change is not None and change["trigger"]:
             rest = action.replace(TRAINING_REVERT, "")
-            action = f"revert the {trigger['kind']} change `{change}` of {trigger.get('ts', '')} that it started with; if it must stay: {rest}"
-        elif len(between) == 1:  # a training job's one change between its baseline and the incident
-            e = between[0]
-            change = " ".join(str(x) for x in (e["version"], e["detail"]) if x)
+            action = f"revert the {change['kind']} change `{change['name']}` of {change['at_text']} that it started with; if it must stay: {rest}"
+        elif change is not None:  # a training job's one change between its baseline and the incident
             action = (
-                f"revert the {e['kind']} `{change}` of {iso(e['ts'])}, the one change between the baseline and "
-                f"the incident window, unless the triage trail clears it; then: {action}"
+                f"revert the {change['kind']} `{change['name']}` of {change['at_text']}, the one change between the "
+                f"baseline and the incident window, unless the triage trail clears it; then: {action}"
             )
         actions.append({"action": action, "type": "mitigate", "priority": "P0", "owner": "service owner"})
         if c.row.action and triage is not None:

@@ -163,9 +163,14 @@ def job_terms(
     scaling: Any,
     phases: Sequence[TracePhase],
     step_s: Mapping[str, float | None],
+    rollback: Any = None,
+    reverted: str = "",
 ) -> JobTerms:
     """The postmortem's Impact table, headline, severity and breakdown in the job's terms.
-    ``step_s``: the ``train_step`` gauges' mean per window (used when no side has one)."""
+    ``step_s``: the ``train_step`` gauges' mean per window (used when no side has one).
+    ``rollback``: what reverting ``reverted`` discards
+    (:class:`~perfkit.analyses.training_progress.Rollback`), when the change spoiled the training
+    itself: the steps since the checkpoint it resumes from count as lost, and set the severity."""
     b, a = sides.get("baseline"), sides.get("incident")
     rows: list[list[Any]] = []
 
@@ -247,7 +252,14 @@ def job_terms(
     lost = cost.lost_share if cost is not None else None
     if lost is None and sa and sb:
         lost = max(0.0, 1.0 - sb / sa)  # same per-GPU work per step: the step time says it
-    severity = "SEV-4" if lost is None or lost < SEV3_LOST else ("SEV-3" if lost < SEV2_LOST else "SEV-2")
+    discarded = _rollback_rows(rows, rollback, reverted, a, cost)
+    graded = lost
+    if discarded is not None:  # every step since the resume point is trained again: lost as well
+        window_s = (cost.window_minutes or 0.0) * 60.0 if cost is not None else 0.0
+        graded = max(lost or 0.0, min(rollback.seconds, window_s) / window_s if window_s > 0 else 1.0)
+    severity = (
+        "SEV-4" if graded is None or graded < SEV3_LOST else ("SEV-3" if graded < SEV2_LOST else "SEV-2")
+    )
     headline = ""
     if a is not None and b is not None and a.tokens_per_s_per_gpu and b.tokens_per_s_per_gpu:
         headline = (
@@ -275,6 +287,8 @@ def job_terms(
                 f"{'' if headline.endswith(';') else ':'} {lost:.0%} of the window's GPU time lost "
                 f"({cost.lost_gpu_hours:.1f} GPU-hours{usd}{per_day})"
             )
+        if discarded:
+            headline += f"; {discarded}"
         headline += "."
     elif sa and sb:
         headline = f"Step time {sa:.2f} s against {sb:.2f} s in the baseline ({sa / sb:.2f}x)."
@@ -305,6 +319,31 @@ def job_terms(
     }
     table: Table = {"columns": ["metric", "baseline", "incident", "change", "note"], "rows": rows}
     return JobTerms(table, headline, breakdown, severity, prevent)
+
+
+def _rollback_rows(
+    rows: list[list[Any]], rb: Any, reverted: str, side: Any, cost: TrainingCost | None
+) -> str | None:
+    """The Impact rows of what rolling back ``reverted`` discards, and the headline's words for it."""
+    if rb is None or not reverted:
+        return None
+    where = (
+        f"back to the checkpoint of step {rb.resume_step:,} saved {rb.resume_at:%H:%M:%S}, the last before it"
+        if rb.from_checkpoint
+        else f"back to step {rb.resume_step:,}, logged at the change (no checkpoint save in the logs: a lower bound)"
+    )
+    rows.append([f"steps a rollback of `{reverted}` discards", "", f"{rb.steps:,}", "",
+                 f"{where}; every step since is trained again (step {rb.frontier:,} reached)"])  # fmt: skip
+    gpus = getattr(side, "gpus", None)
+    words = f"rolling back `{reverted}` discards {rb.steps:,} steps ({rb.seconds / 60:.0f} min of training"
+    if gpus:
+        hours = rb.seconds / 3600.0 * gpus
+        price = cost.usd_per_gpu_hour if cost is not None else None
+        usd = f", ${hours * price:,.0f}" if price else ""
+        rows.append(["GPU-hours a rollback discards", "", f"{hours:.1f}", "",
+                     f"{rb.seconds / 60:.0f} min on {gpus} GPUs since the resume point{usd}"])  # fmt: skip
+        words += f", {hours:.1f} GPU-hours{usd}"
+    return words + ")"
 
 
 __all__ = ["SEV2_LOST", "SEV3_LOST", "TrainingCost", "cost_section", "job_terms", "training_cost"]

@@ -23,7 +23,14 @@ from perfkit.sources.engine_lines import (
     trtllm_line,
 )
 from perfkit.sources.log_times import LEVELS, Placement, Years, json_ts, normalize_level, own_time
-from perfkit.sources.trainer_lines import KINDS, PROGRESS_KIND, progress_step, trainer_kind
+from perfkit.sources.trainer_lines import (
+    CHECKPOINT_KIND,
+    KINDS,
+    PROGRESS_KIND,
+    checkpoint_step,
+    progress_step,
+    trainer_kind,
+)
 
 #: JSON keys tried, in order, for the timestamp, the message and the level of a JSON line
 #: (``asctime``/``levelname``: vLLM's JSON logging, python-json-logger with vLLM's ``JSON_FORMAT``)
@@ -401,6 +408,8 @@ class _Parser:
             trainer = None if what else trainer_kind(text)  # perfkit.sources.trainer_lines
             if not what and trainer is None and progress_step(text) is not None:
                 trainer = PROGRESS_KIND  # a script's "step N | loss" line: its step, for progress
+            elif not what and trainer is None and checkpoint_step(text) is not None:
+                trainer = CHECKPOINT_KIND  # a checkpoint save and its step: where a rollback resumes
             if trainer in _PLACED_BY_CONTENT and own_ts is None:
                 ts, self._untimed = None, False  # trainer_series places it by its own numbers
             if what or trainer:

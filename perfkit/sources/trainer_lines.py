@@ -117,6 +117,22 @@ _DS_FLOPS = re.compile(
 _FLOPS_UNIT = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3}
 _PROGRESS = re.compile(r"\bstep\s{1,4}(\d{1,12})\s{0,4}\|\s{0,4}loss\b")
 PROGRESS_KIND = "train_progress"
+# Checkpoint saves that name their step, as each framework writes them (one rank logs them), kept as
+# kind ``train_checkpoint`` for the step a rollback resumes from
+#   Megatron-LM (megatron/training/checkpointing.py, print_rank_0):
+#       "  successfully saved checkpoint from iteration    1000 to /ckpt"
+#   DeepSpeed (runtime/checkpoint_engine/torch_checkpoint_engine.py, log_dist ranks=[0]):
+#       "[Torch] Checkpoint global_step10 is about to be saved!"
+#   HF Trainer (trainer.py _save_checkpoint, process zero): "Saving model checkpoint to out/checkpoint-500"
+#   perfkit's simulated trainer: "saved checkpoint step_24000 (async)"
+CHECKPOINT_KIND = "train_checkpoint"
+_CHECKPOINTS = (
+    re.compile(r"successfully saved checkpoint from iteration\s+(\d{1,12})\b"),
+    re.compile(r"\bCheckpoint global_step(\d{1,12}) is about to be saved"),
+    re.compile(r"Saving model checkpoint to \S*?\bcheckpoint-(\d{1,12})\b"),
+    re.compile(r"\bsaved checkpoint step_(\d{1,12})\b"),
+)
+_NRANKS = re.compile(r"\brank \d{1,6} nranks (\d{1,6}) cudaDev\b")
 _ELASTIC_RESTART = re.compile(
     r"Worker group FAILED\. (\d{1,6})/(\d{1,6}) attempts left; will restart worker group"
 )
@@ -195,6 +211,16 @@ def progress_step(text: str) -> int | None:
     docstring), or None when ``text`` is not one."""
     m = _PROGRESS.search(text) if "| loss" in text or "|loss" in text else None
     return int(m.group(1)) if m else None
+
+
+def checkpoint_step(text: str) -> int | None:
+    """The step of a checkpoint save line (``train_checkpoint``), or None when ``text`` is not one."""
+    if "heckpoint" not in text:
+        return None
+    for pattern in _CHECKPOINTS:
+        if m := pattern.search(text[:2000]):
+            return int(m.group(1))
+    return None
 
 
 def number(text: str) -> float | None:

@@ -24,7 +24,7 @@ from datetime import datetime
 
 import polars as pl
 
-from perfkit.sources.trainer_lines import PROGRESS_KIND, trainer_fields
+from perfkit.sources.trainer_lines import CHECKPOINT_KIND, PROGRESS_KIND, checkpoint_step, trainer_fields
 
 STEP_KINDS = ("megatron", "nemo", "torchtitan", "deepspeed", "deepspeed_throughput", PROGRESS_KIND)
 """Log kinds whose lines number the optimizer step."""
@@ -58,6 +58,19 @@ def step_points(logs: pl.DataFrame | None) -> list[tuple[datetime, int]]:
     return points
 
 
+def checkpoint_points(logs: pl.DataFrame | None) -> list[tuple[datetime, int]]:
+    """(time, step) of every timed checkpoint save a framework logged with its step (the first line
+    of each step), in time order."""
+    if logs is None or not logs.height or not set(logs.columns) >= _COLUMNS:
+        return []
+    lines = logs.filter((pl.col("kind") == CHECKPOINT_KIND) & pl.col("ts").is_not_null()).tail(MAX_POINTS)
+    first: dict[int, datetime] = {}
+    for ts, text in zip(lines["ts"], lines["message"], strict=True):
+        if (step := checkpoint_step(text)) is not None:
+            first[step] = min(first.get(step, ts), ts)
+    return sorted(((ts, step) for step, ts in first.items()), key=lambda p: p[0])
+
+
 def nccl_world_size(logs: pl.DataFrame | None, until: datetime) -> int | None:
     """The job's world size at ``until``: the largest ``nranks`` of NCCL's init lines of the last
     launch before it (module docstring); None when the logs hold none."""
@@ -81,4 +94,4 @@ def nccl_world_size(logs: pl.DataFrame | None, until: datetime) -> int | None:
     return max(sizes) if sizes else None
 
 
-__all__ = ["STEP_KINDS", "nccl_world_size", "step_points"]
+__all__ = ["STEP_KINDS", "checkpoint_points", "nccl_world_size", "step_points"]

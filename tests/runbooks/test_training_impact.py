@@ -96,3 +96,39 @@ def test_the_gpu_count_is_the_jobs_not_the_highest_exporting_rank(tmp_path_facto
     # the hang and the relaunch: the job resumed below where it had been, nothing new in the window
     prog = cost["progress"]["incident"]
     assert prog["restarts"] and prog["restarts"][0]["resumed_step"] < prog["frontier_start"]
+
+
+def test_rolling_back_a_release_that_spoiled_training_counts_the_steps_it_discards(tmp_path_factory) -> None:
+    """Loss spikes after a trainer release: the job runs at full speed, but its P0 reverts the release
+    and resumes from the last checkpoint before it, so every step since is lost (the expert's "$0
+    lost, SEV-4" where the rollback discards everything since the bad release)."""
+    name = "loss-spikes-no-warmup"
+    with (SCENARIOS / name / "events.csv").open() as f:
+        deploy = next(r for r in csv.DictReader(f) if r["kind"] == "deploy")
+    at = datetime.fromisoformat(deploy["ts"].replace("Z", "+00:00"))
+    end = datetime(2026, 12, 11, 9, 40, tzinfo=UTC)  # incident.yaml's window end
+    log = (SCENARIOS / name / "logs" / "train.log").read_text().splitlines()
+    saves = [
+        (t, int(m.group(1)))
+        for line in log
+        if (t := _ts(line)) and (m := re.search(r"checkpoint step_(\d+)", line))
+    ]
+    saved_at, resume = max((s for s in saves if s[0] <= at), key=lambda s: s[0])
+    frontier = max(int(m.group(1)) for line in log if (t := _ts(line)) and t <= end and (m := re.search(r"\bstep (\d+) \|", line)))  # fmt: skip
+
+    run = _run(tmp_path_factory, name)
+    md = run["md"]
+    rows = {r.split("|")[1].strip(): r.split("|") for r in md.split("## Impact")[1].split("##")[0].splitlines() if r.startswith("| ")}  # fmt: skip
+    steps = next(v for k, v in rows.items() if k.startswith("steps a rollback of"))
+    assert steps[3].strip() == f"{frontier - resume:,}"
+    assert f"step {resume:,}" in steps[5]
+    hours = rows["GPU-hours a rollback discards"][3].strip()
+    assert float(hours) == pytest.approx((end - saved_at).total_seconds() / 3600 * 8, abs=0.06)  # 8 GPUs
+    assert "**Severity:** SEV-2" in md  # the whole window is trained again
+    assert "discards" in md.split("## Impact")[0]  # said in the summary
+
+
+def test_a_throughput_regression_reverts_without_discarding_steps(tmp_path_factory) -> None:
+    # a slower data loader after a config change: its steps stay good, reverting discards none
+    md = _run(tmp_path_factory, "dataloader-starvation")["md"]
+    assert "rollback" not in md.split("## Detection")[0]

@@ -487,6 +487,29 @@ def _progress(ctx: Context) -> dict[str, Any]:
     return {k: progress(points, w, seen) if w is not None else None for k, w in windows.items()}  # type: ignore[arg-type]
 
 
+def _rollback(ctx: Context) -> tuple[Any, str]:
+    """What reverting the change a training instability started with discards (steps since the last
+    checkpoint before it), and the change's name; (None, "") when the confirmed direction is not the
+    training itself or no one change is to blame. A throughput regression's steps stay good: its
+    revert discards nothing."""
+    from perfkit.analyses.training_progress import rollback
+    from perfkit.report.postmortem import training_change
+    from perfkit.sources.trainer_steps import checkpoint_points, step_points
+
+    inc, triage = ctx.incident, ctx.results.get("triage")
+    confirmed = triage.confirmed() if triage is not None else []
+    if inc is None or not confirmed or confirmed[0].row.direction != "training_instability":
+        return None, ""
+    events = ctx.events if ctx.events is not None else None
+    import polars as pl
+
+    change = training_change(confirmed[0], events if events is not None else pl.DataFrame(), inc)
+    if change is None or change["at"] is None:
+        return None, ""
+    found = rollback(step_points(ctx.logs), checkpoint_points(ctx.logs), change["at"], inc.window.end)
+    return (found, change["name"]) if found is not None else (None, "")
+
+
 @section("training_cost", "Training cost")
 def training_cost(ctx: Context) -> Section:
     return impact.cost_section(_cost(ctx))
@@ -517,7 +540,10 @@ def findings(ctx: Context) -> Section:
     phases = _quietly(lambda: _trace_phases(ctx))
     cost = _quietly(lambda: _cost(ctx))
     train = ctx.results.get("train")
+    rollback, reverted = _quietly(lambda: _rollback(ctx)) or (None, "")
     job = impact.job_terms(
+        rollback=rollback,
+        reverted=reverted,
         sides=sides,
         util=util[0] if util else {},
         cost=cost,
