@@ -33,6 +33,9 @@ Severity is from what the incident *caused*, and names its basis (the SLOs that 
 
 Without an attainment (no histogram for the SLO's signal) the SLO is judged on the baseline
 table's quantiles alone (``how``: ``quantile``): breached or not, no counts.
+
+Where a label names tenants, each caused breach is split by tenant
+(:mod:`perfkit.analyses.tenant_impact`): whose requests the misses fell on.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import numpy as np
 import polars as pl
 
 from perfkit.analyses.slo import LABELS, SloAttainment, SloRow, parse_slo_key
+from perfkit.analyses.tenant_impact import TenantImpact, by_tenant, concentration
 from perfkit.core.frames import Window, iso
 from perfkit.engine import signals as S
 
@@ -222,6 +226,8 @@ class Impact:
     series: dict[str, pl.DataFrame] = field(default_factory=dict)  # metric → per-minute quantile / bound
     queries: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    tenant_label: str | None = None  # the label that names tenants (perfkit.analyses.tenant_impact)
+    tenants: list[TenantImpact] = field(default_factory=list)
 
     @property
     def severity(self) -> Severity:
@@ -283,6 +289,7 @@ class Impact:
             parts.append(" ".join(bits[:1]) + (f" ({', '.join(bits[1:])})" if bits[1:] else ""))
         if pre := self.pre_existing():
             parts.append("already breached before: " + ", ".join(s.label for s in pre))
+        parts += concentration(self.tenant_label, self.tenants)
         if not any(s.breached for s in self.slos) and all(s.incident_met for s in self.slos):
             parts = [f"all {len(self.slos)} SLOs met in the incident window"]
         return "; ".join(parts)
@@ -326,6 +333,8 @@ class Impact:
             "start": self.start,
             "end": self.end,
             "pre_existing": self.pre_existing_text(),
+            "tenant_label": self.tenant_label,
+            "tenants": [t.as_dict() for t in self.tenants],
             "missing": list(self.missing),
         }
 
@@ -394,6 +403,7 @@ def assess(
         onset = max(bound, usual) if usual is not None else bound
         minute = _minutes(engine, signal, q, bound, onset, window, baseline, out)
         out.slos.append(replace(impact, source=S.resolve(engine, signal).metric, **minute))
+    out.tenant_label, out.tenants = by_tenant(engine, out.slos, window, baseline, out.queries)
     return out
 
 

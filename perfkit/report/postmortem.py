@@ -13,6 +13,7 @@ from perfkit.analyses.baseline import BaselineComparison
 from perfkit.analyses.impact import Impact
 from perfkit.analyses.release import ReleaseCorrelation
 from perfkit.analyses.stages import StageBreakdown
+from perfkit.analyses.tenant_impact import concentration
 from perfkit.core.findings import ActionItem, PostmortemModel, Table, TimelineRow
 from perfkit.core.frames import iso
 from perfkit.core.incident import Incident
@@ -162,6 +163,8 @@ def _impact_sentence(impact: Impact) -> str:
             + "; ".join(bits)
             + "."
         )
+    if where := concentration(impact.tenant_label, impact.tenants):
+        text += " " + "; ".join(w[:1].upper() + w[1:] for w in where) + "."
     if pre := [s for s in impact.pre_existing() if s.caused != "worse"]:
         text += (
             " Already breached before the incident: "
