@@ -57,6 +57,13 @@ def evidence_figure(
         if not rel and not step:
             return None
         return figures.timeseries(rel or step, title=title, ytitle="seconds", log_y=bool(rel), **kw)
+    if figure.scatter and series is not None and len(series) >= 2:
+        (yname, y), (xname, x) = list(series.items())[0], list(series.items())[-1]
+        if x is not None and y is not None and x.height and y.height:
+            return figures.scatter(
+                x, y, xtitle=xname, ytitle=yname, title=title, window=window, baseline=baseline
+            )
+        return None
     if (
         figure.series is not None
         and series is not None

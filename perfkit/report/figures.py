@@ -153,6 +153,50 @@ def timeseries(
     return _layout(fig, title, ytitle)
 
 
+def scatter(
+    x: pl.DataFrame,
+    y: pl.DataFrame,
+    *,
+    xtitle: str,
+    ytitle: str,
+    title: str,
+    window: Window,
+    baseline: Window | None = None,
+) -> go.Figure:
+    """A relationship: ``y`` against ``x`` (frames with ``ts`` and ``value``), one point per time
+    both have, the baseline's points grey and the incident window's red (the rest, between them,
+    left out): whether the incident moved along the same curve (more load) or to another (slower)."""
+    joined = x.select("ts", pl.col("value").alias("x")).join(
+        y.select("ts", pl.col("value").alias("y")), on="ts"
+    )
+    joined = joined.filter(pl.col("x").is_finite() & pl.col("y").is_finite())
+    fig = go.Figure()
+    sides = [("baseline", baseline, "#9ca3af"), ("incident", window, "#dc2626")]
+    for name, w, colour in sides:
+        if w is None:
+            continue
+        part = joined.filter((pl.col("ts") >= w.start) & (pl.col("ts") <= w.end))
+        if part.height:
+            fig.add_trace(
+                go.Scatter(
+                    x=part["x"].to_list(),
+                    y=part["y"].to_list(),
+                    name=f"{name} ({part.height} points)",
+                    mode="markers",
+                    marker={"size": 6, "color": colour, "opacity": 0.75},
+                    text=[str(t) for t in part["ts"].to_list()],
+                    hovertemplate="%{text}<br>"
+                    + xtitle
+                    + " %{x:.3g}<br>"
+                    + ytitle
+                    + " %{y:.3g}<extra></extra>",
+                )
+            )
+    _layout(fig, title, ytitle)
+    fig.update_layout(xaxis_title=xtitle, hovermode="closest")
+    return fig
+
+
 GAP_STEPS = 2.5
 """Two points further apart than 2.5 of the series' usual steps have a gap between them (a restart,
 an exporter down, a scrape that failed): the line breaks there instead of drawing a straight line
@@ -232,6 +276,15 @@ def two_axes(
             line={"color": PALETTE[0]},
         )
     )
-    fig.update_layout(yaxis2={"title": right_title, "overlaying": "y", "side": "right", "showgrid": False})
+    fig.update_layout(
+        yaxis={"rangemode": "tozero"},  # counts: an axis that starts above 0 exaggerates the swing
+        yaxis2={
+            "title": right_title,
+            "overlaying": "y",
+            "side": "right",
+            "showgrid": False,
+            "rangemode": "tozero",
+        },
+    )
     mark_windows(fig, window, None)
     return _layout(fig, title, left_title)

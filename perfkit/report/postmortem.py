@@ -116,6 +116,26 @@ class JobTerms:
     prevent: ActionItem
 
 
+BRIEF_CHARS = 200
+"""A confirmed direction's why is said whole once, under Root-cause direction; the summary and the
+triage trail carry its first clauses, up to 200 characters (two lines of a page)."""
+IN_FULL = "in full under Root-cause direction"
+
+
+def brief(why: str, limit: int = BRIEF_CHARS) -> tuple[str, bool]:
+    """``why``'s first clauses within ``limit`` characters, cut at a clause (``; ``), else at a word
+    outside any parenthesis; and whether anything was cut."""
+    if len(why) <= limit:
+        return why, False
+    cut = why.rfind("; ", 0, limit)
+    if cut < limit // 3:
+        cut = why.rfind(" ", 0, limit)
+    head = why[: max(cut, 0)]
+    while head.count("(") > head.count(")"):  # never end inside a parenthesis
+        head = head[: head.rfind("(")]
+    return head.rstrip(" ,:;(") + " …", True
+
+
 def _fmt_s(v: float | None) -> str:
     if v is None:
         return "n/a"
@@ -278,7 +298,10 @@ def build(
     if impact is not None and impact.slos and job is None and not healthy:
         parts.append(_impact_sentence(impact))
     if top and top.verification.verdict == "confirmed":
-        parts.append(f"Most likely direction: {top.row.direction} (confirmed: {top.verification.why}).")
+        said, cut = brief(top.verification.why)
+        parts.append(
+            f"Most likely direction: {top.row.direction} (confirmed: {said}{'; ' + IN_FULL if cut else ''})."
+        )
     elif top and top.score > 0:
         parts.append(f"Leading direction, not confirmed: {top.row.direction} ({top.verification.why}).")
     else:
@@ -328,6 +351,11 @@ def build(
     triage_checked: list[dict[str, Any]] = []
     if triage:
         for res in triage.results:
+            why, cut = (
+                brief(res.verification.why)
+                if confirmed and res is confirmed[0]
+                else (res.verification.why, False)
+            )
             triage_checked.append(
                 {
                     "direction": res.row.direction,
@@ -335,7 +363,8 @@ def build(
                     "detected": res.detection.detected,
                     "verdict": res.verification.verdict,
                     "score": round(res.score, 3),
-                    "why": res.verification.why
+                    "why": why
+                    + (f" ({IN_FULL})" if cut else "")
                     + (f" (explained by {res.explained_by})" if res.explained_by else ""),
                     "applies": res.applies,
                 }

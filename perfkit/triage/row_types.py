@@ -207,6 +207,9 @@ class Figure:
     title: str
     ytitle: str | None = None
     series: Callable[..., dict[str, Any]] | None = None
+    scatter: bool = False
+    """A relationship, drawn as one point per time step: the first series on the y-axis against the
+    last on the x-axis, the baseline's points apart from the incident's (``ytitle`` is unused)."""
 
 
 #: the workloads a row can be about

@@ -194,7 +194,7 @@ ROWS: tuple[Row, ...] = (
         confirms=("KV_FULL_FRAC", "PREEMPTIONS_PER_S"),
         # decode's share of its roofline, in the why only
         context=("NEAR_BOUND_SHARE", "SAME_BATCH_RATIO", "SHARE_DROP_RATIO"),
-        figure=Figure("Time per output token vs batch size", "ms / requests", series.decode_series),
+        figure=Figure("Time per output token vs batch size", series=series.decode_series, scatter=True),
         action="track TPOT p50 per release and per batch size on a dashboard",
         remedy="baseline_engine",
         remedy_target="tpot_p50_ms",
