@@ -11,32 +11,15 @@ import re
 from pathlib import Path
 
 import pytest
+from runbook_calls import section_calls
 
 import perfkit.app.runbooks.inference as rb
-import perfkit.app.runbooks.training as rbt
 
 SCENARIOS = sorted(
     p for p in (Path(__file__).resolve().parents[2] / "data" / "scenarios").iterdir() if p.is_dir()
 )
 NOT_ENGLISH = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef]")
 PLACEHOLDER = re.compile(r"\{(kv_knobs|batch_knobs|chunking|oom_knobs|waiting)\}")
-INFERENCE = (
-    "scope",
-    "completeness",
-    "changes",
-    "baseline",
-    "impact",
-    "stages",
-    "triage",
-    "gpu",
-    "cost",
-    "findings",
-)
-TRAINING = (
-    (rbt, "scope"), (rb, "completeness"), (rb, "changes"), (rb, "training"), (rbt, "trace"), (rbt, "efficiency"),
-    (rbt, "scaling"), (rb, "triage"), (rb, "gpu"), (rbt, "memory"), (rbt, "training_cost"), (rbt, "findings"),
-)  # fmt: skip
-
 pytestmark = pytest.mark.slow  # every embedded bundle, every section: about a minute
 
 
@@ -45,7 +28,7 @@ def _sections(bundle: Path) -> list:
     assert ctx.error is None, ctx.error
     ctx.params["predict_fix"] = False
     training = ctx.engine.has("train_step_duration_seconds")
-    calls = TRAINING if training else [(rb, name) for name in INFERENCE]
+    calls = section_calls("training_step" if training else "inference_latency")
     out = []
     for module, name in calls:
         section = getattr(module, name)(ctx)

@@ -9,6 +9,7 @@ import re
 from dataclasses import replace
 
 import pytest
+from runbook_calls import section_calls
 
 import perfkit.app.runbooks.inference as rb
 from perfkit.app.whatif.remedy import command
@@ -94,18 +95,8 @@ def test_the_postmortem_of_another_engine_names_nothing_of_vllms(tellings, scena
     ctx = rb.open_incident(str(tellings[(scenario, engine)]))
     ctx.params["predict_fix"] = False
     said = []
-    for name in (
-        "scope",
-        "completeness",
-        "changes",
-        "baseline",
-        "impact",
-        "stages",
-        "triage",
-        "cost",
-        "findings",
-    ):
-        f = getattr(rb, name)(ctx).finding
+    for module, name in section_calls("inference_latency"):
+        f = getattr(module, name)(ctx).finding
         said.append(json.dumps({"summary": f.summary, "table": f.table, "missing": f.missing}, default=str))
     triage = ctx.results["triage"]
     assert triage.engine_name == engine
