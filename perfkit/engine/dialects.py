@@ -496,6 +496,7 @@ def absent(engine: str | None, kind: str, signal: str) -> str:
             else f"no {signal} {noun}"
         )
     own = getattr(d, kind).get(signal)
-    if own:
-        return f"no {own[0]} {noun}"
+    if own:  # the engine names it, and may say how to turn it on
+        hint = d.flags.get(signal)
+        return f"no {own[0]} {noun}" + (f" ({hint})" if hint else "")
     return d.flags.get(signal) or f"{d.title} exports no {signal} {noun}"

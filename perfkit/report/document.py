@@ -536,6 +536,15 @@ def provenance(nb: ExecutedNotebook) -> dict[str, Any]:
         "problems": [
             {"label": p.label, "ename": p.ename, "evalue": redact_text(_first_line(p.evalue, 300))}
             for p in nb.problems
+        ]
+        + [  # a section that caught its own failure ran its cell cleanly: it is a problem all the same
+            {
+                "label": f"section {f.title}",
+                "ename": "could not complete",
+                "evalue": redact_text(_first_line(f.summary.removeprefix("could not complete: "), 300)),
+            }
+            for f in _ordered_findings(nb.findings)
+            if f.status == "error"
         ],
     }
 

@@ -184,3 +184,25 @@ def test_looks_like_secret_is_not_fooled_by_plain_words() -> None:
 )
 def test_redact_text(text: str, expected: str) -> None:
     assert redact_text(text) == expected
+
+
+def test_a_section_that_caught_its_own_failure_is_a_problem(write_notebook: Callable[..., Path]) -> None:
+    """The SGLang telling's fix prediction could not draw request lengths: its cell ran cleanly (the
+    section caught it and said why), and Provenance said "Problems: none". It lists it now."""
+    from perfkit.report.document import provenance
+
+    failed = Finding(
+        "predicted_fix",
+        "The fix, predicted by a calibrated replay",
+        "could not complete: no sglang:prompt_tokens_histogram histogram: cannot draw request lengths",
+        status="error",
+    )
+    nb = read_executed_notebook(write_notebook([Finding("scope", "Scope", "s"), failed]))
+    assert nb.problems == []  # no cell raised
+    [problem] = provenance(nb)["problems"]
+    assert problem["label"] == "section The fix, predicted by a calibrated replay"
+    assert problem["ename"] == "could not complete"
+    assert problem["evalue"].startswith("no sglang:prompt_tokens_histogram histogram")
+    assert (
+        provenance(read_executed_notebook(write_notebook([Finding("scope", "Scope", "s")])))["problems"] == []
+    )
