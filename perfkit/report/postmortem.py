@@ -114,6 +114,9 @@ class JobTerms:
     breakdown: str  # per rank and per phase, in words (replaces the latency stages)
     severity: str
     prevent: ActionItem
+    resume: str = (
+        ""  # where a rollback of the change resumes ("the checkpoint of step 25,000 ..."), if one is due
+    )
 
 
 BRIEF_CHARS = 200
@@ -442,9 +445,10 @@ def build(
             rest = action.replace(TRAINING_REVERT, "")
             action = f"revert the {change['kind']} change `{change['name']}` of {change['at_text']} that it started with; if it must stay: {rest}"
         elif change is not None:  # a training job's one change between its baseline and the incident
+            resume = f"; resume from {job.resume}" if job is not None and job.resume else ""
             action = (
-                f"revert the {change['kind']} `{change['name']}` of {change['at_text']}, the one change between the "
-                f"baseline and the incident window, unless the triage trail clears it; then: {action}"
+                f"revert the {change['kind']} `{change['name']}` of {change['at_text']}, the one change between "
+                f"the baseline and the incident window, unless the triage trail clears it{resume}; then: {action}"
             )
         actions.append({"action": action, "type": "mitigate", "priority": "P0", "owner": "service owner"})
         if c.row.action and triage is not None:

@@ -24,6 +24,7 @@ import polars as pl
 
 from perfkit.analyses.cost import usd_per_million_tokens
 from perfkit.core.findings import ActionItem, Finding, Table, table_from_frame
+from perfkit.core.frames import iso
 from perfkit.report.postmortem import JobTerms
 from perfkit.report.sections import Section
 from perfkit.report.trace_figures import TracePhase, phase_text
@@ -318,7 +319,18 @@ def job_terms(
         "owner": "training infrastructure",
     }
     table: Table = {"columns": ["metric", "baseline", "incident", "change", "note"], "rows": rows}
-    return JobTerms(table, headline, breakdown, severity, prevent)
+    return JobTerms(
+        table, headline, breakdown, severity, prevent, resume_point(rollback) if discarded else ""
+    )
+
+
+def resume_point(rb: Any) -> str:
+    """Where a rollback resumes: the last checkpoint saved before the change, or the step at it."""
+    if rb.from_checkpoint:
+        return (
+            f"the checkpoint of step {rb.resume_step:,} saved {iso(rb.resume_at)}, the last before the change"
+        )
+    return f"step {rb.resume_step:,}, logged at the change (no checkpoint save in the logs: a lower bound)"
 
 
 def _rollback_rows(
@@ -327,13 +339,8 @@ def _rollback_rows(
     """The Impact rows of what rolling back ``reverted`` discards, and the headline's words for it."""
     if rb is None or not reverted:
         return None
-    where = (
-        f"back to the checkpoint of step {rb.resume_step:,} saved {rb.resume_at:%H:%M:%S}, the last before it"
-        if rb.from_checkpoint
-        else f"back to step {rb.resume_step:,}, logged at the change (no checkpoint save in the logs: a lower bound)"
-    )
     rows.append([f"steps a rollback of `{reverted}` discards", "", f"{rb.steps:,}", "",
-                 f"{where}; every step since is trained again (step {rb.frontier:,} reached)"])  # fmt: skip
+                 f"back to {resume_point(rb)}; every step since is trained again (step {rb.frontier:,} reached)"])  # fmt: skip
     gpus = getattr(side, "gpus", None)
     words = f"rolling back `{reverted}` discards {rb.steps:,} steps ({rb.seconds / 60:.0f} min of training"
     if gpus:

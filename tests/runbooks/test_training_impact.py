@@ -126,6 +126,8 @@ def test_rolling_back_a_release_that_spoiled_training_counts_the_steps_it_discar
     assert float(hours) == pytest.approx((end - saved_at).total_seconds() / 3600 * 8, abs=0.06)  # 8 GPUs
     assert "**Severity:** SEV-2" in md  # the whole window is trained again
     assert "discards" in md.split("## Impact")[0]  # said in the summary
+    p0 = next(line for line in md.splitlines() if "| P0 |" in line)
+    assert f"resume from the checkpoint of step {resume:,}" in p0
 
 
 def test_a_throughput_regression_reverts_without_discarding_steps(tmp_path_factory) -> None:

@@ -498,12 +498,14 @@ def _rollback(ctx: Context) -> tuple[Any, str]:
 
     inc, triage = ctx.incident, ctx.results.get("triage")
     confirmed = triage.confirmed() if triage is not None else []
-    if inc is None or not confirmed or confirmed[0].row.direction != "training_instability":
+    if (
+        inc is None
+        or ctx.events is None
+        or not confirmed
+        or confirmed[0].row.direction != "training_instability"
+    ):
         return None, ""
-    events = ctx.events if ctx.events is not None else None
-    import polars as pl
-
-    change = training_change(confirmed[0], events if events is not None else pl.DataFrame(), inc)
+    change = training_change(confirmed[0], ctx.events, inc)
     if change is None or change["at"] is None:
         return None, ""
     found = rollback(step_points(ctx.logs), checkpoint_points(ctx.logs), change["at"], inc.window.end)
