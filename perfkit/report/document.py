@@ -310,12 +310,13 @@ def _ordered(views: Iterable[FindingView]) -> list[FindingView]:
 
 
 def _table(value: Any) -> dict[str, Any] | None:
-    """A ``{"columns", "rows"}`` table with every row padded to the header's width, or None."""
+    """A ``{"columns", "rows"}`` table with every row padded to the header's width, or None (also for
+    a header without rows: the summary says there was nothing to list, an empty grid adds nothing)."""
     if not isinstance(value, Mapping):
         return None
     columns = [str(c) for c in value.get("columns") or []]
     rows = [list(r) if isinstance(r, list | tuple) else [r] for r in value.get("rows") or []]
-    if not columns and not rows:
+    if not rows:
         return None
     width = max([len(columns), *(len(r) for r in rows)])
     columns += [""] * (width - len(columns))

@@ -126,11 +126,11 @@ IN_FULL = "in full under Root-cause direction"
 
 
 def brief(why: str, limit: int = BRIEF_CHARS) -> tuple[str, bool]:
-    """``why``'s first clauses within ``limit`` characters, cut at a clause (``; ``), else at a word
-    outside any parenthesis; and whether anything was cut."""
+    """``why``'s first clauses within ``limit`` characters, cut at the last clause break (``;``,
+    ``:``, ``,``), else at a word, never inside a parenthesis; and whether anything was cut."""
     if len(why) <= limit:
         return why, False
-    cut = why.rfind("; ", 0, limit)
+    cut = max(why.rfind(mark, 0, limit) for mark in ("; ", ": ", ", "))  # the last clause break
     if cut < limit // 3:
         cut = why.rfind(" ", 0, limit)
     head = why[: max(cut, 0)]

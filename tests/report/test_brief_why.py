@@ -17,6 +17,13 @@ def test_brief_cuts_at_a_clause_else_a_word_never_inside_a_parenthesis() -> None
     assert brief(short) == (short, False)
     clauses = "a" * 120 + "; " + "b" * 60 + "; " + "c" * 100
     assert brief(clauses) == ("a" * 120 + "; " + "b" * 60 + " …", True)
+    # the loss row's why cut at 200: at its last comma, not inside "not the data"
+    loss = (
+        "on the same 10 steps "
+        + "x" * 140
+        + ": the optimisation changed (LR, warmup, data order), not the data"
+    )
+    assert brief(loss)[0] == "on the same 10 steps " + "x" * 140 + ": the optimisation changed …"
     nested = "the token is slow " + "(" + "x " * 120 + ")" + " and more"
     said, cut = brief(nested)
     assert cut and said == "the token is slow …" and len(said) <= BRIEF_CHARS + 2

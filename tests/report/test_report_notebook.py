@@ -206,3 +206,16 @@ def test_a_section_that_caught_its_own_failure_is_a_problem(write_notebook: Call
     assert (
         provenance(read_executed_notebook(write_notebook([Finding("scope", "Scope", "s")])))["problems"] == []
     )
+
+
+def test_a_table_with_a_header_and_no_rows_is_not_drawn(write_notebook: Callable[..., Path]) -> None:
+    """The loss-spike postmortem's "Trigger / lead-up" showed a bare header (ts, series, before, ...)
+    under "no significant shift": the summary says it, an empty grid adds nothing."""
+    from perfkit.report.document import build_document
+
+    empty = Finding("changes", "What changed", "no significant shift in the watched series",
+                    table={"columns": ["ts", "series", "before", "after"], "rows": []})  # fmt: skip
+    full = Finding("gpu", "GPU state", "g", table={"columns": ["gpu"], "rows": [["0"]]})
+    doc = build_document(read_executed_notebook(write_notebook([empty, full])))
+    assert doc.changes is not None and doc.changes.table is None
+    assert doc.views["gpu"].table == {"columns": ["gpu"], "rows": [["0"]]}
