@@ -69,9 +69,9 @@ MIN_STEPS_PER_WINDOW = 4
 """Fewer than four steps in a window (scrape-grid points of the step series) give no split."""
 GRID_S = 15.0  # the step series are read on the usual scrape interval
 RATE_STEP_S = 60.0
-Stalls = Sequence[tuple[datetime, datetime]]
 """Throughput is averaged over 1-minute rates (four 15 s scrapes, what rate() needs): a 6-9 s step
 of a large model lands 6-10 times in each."""
+Stalls = Sequence[tuple[datetime, datetime]]
 
 
 @dataclass
@@ -266,9 +266,8 @@ def _rank_rates(engine: Any, window: Window, frozen: Stalls = ()) -> dict[str, f
     """Tokens/s of each exporting rank while it ran: the mean of its 1-minute rates over the
     window (minutes with no samples, a relaunch's downtime, and minutes it stood still do not
     count: scaling is about the running job; a restart's or a hang's cost is another question)."""
-    reach = timedelta(
-        seconds=RATE_STEP_S
-    )  # a rate reads the minute before it: one that straddles a stall too
+    # a rate reads the minute before it: one that straddles a stall's end is left out too
+    reach = timedelta(seconds=RATE_STEP_S)
     frame = S.rate_series(engine, "train_tokens", window, RATE_STEP_S, by=("rank",))
     frame = running(frame, [(a, b + reach) for a, b in frozen])
     if not frame.height:

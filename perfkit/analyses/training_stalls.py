@@ -8,8 +8,11 @@ hang: the NCCL socket fallback's 6.1 s step (5.9x its baseline, 83 % in collecti
 (3.9x, 58 %) because 10 of its 19 minutes repeated the healthy step it hung after.
 
 A **stall** is a stretch in which the job's token counter, summed over the ranks that export it,
-did not move for at least :data:`STALL_STEPS` ordinary steps and :data:`MIN_STALL_S`: a running
-job adds tokens every step, so five steps without one is a job that stopped. Averages of the step
+did not move for at least :data:`STALL_STEPS` ordinary steps, :data:`STALL_STEPS` of its ordinary
+updates and :data:`MIN_STALL_S`: a running job adds tokens every step, so five steps without one is
+a job that stopped. The ordinary update is the median time the counter holds a value in the window:
+an exporter that updates it at each log (the HF Trainer's ``on_log`` every 500 steps) holds it for
+minutes while the job runs, and those minutes are not a hang. Averages of the step
 gauges leave stalls out (the time is counted once, as time down, by
 :mod:`perfkit.analyses.training_progress` and the impact); without ``train_tokens_total`` nothing
 is left out and the caller says so.
@@ -44,17 +47,18 @@ def stalls(engine: Any, window: Window, step_s: float | None = None) -> list[tup
     frame = S.gauge_series(engine, "train_tokens", window, GRID_S, combine="sum")
     if frame.height < 2:
         return []
-    least = max(MIN_STALL_S, STALL_STEPS * step_s if step_s and np.isfinite(step_s) else 0.0)
     ts, values = frame["ts"].to_list(), frame["value"].to_numpy().astype(np.float64)
-    out: list[tuple[datetime, datetime]] = []
+    held: list[tuple[datetime, datetime]] = []  # each value's first and last sample
     start = 0
     for i in range(1, len(ts) + 1):
         if i < len(ts) and values[i] == values[start]:
             continue
-        if (ts[i - 1] - ts[start]).total_seconds() >= least:
-            out.append((ts[start], ts[i - 1]))
+        held.append((ts[start], ts[i - 1]))
         start = i
-    return out
+    usual = float(np.median([(b - a).total_seconds() + GRID_S for a, b in held]))
+    step = STALL_STEPS * step_s if step_s and np.isfinite(step_s) else 0.0
+    least = max(MIN_STALL_S, step, STALL_STEPS * usual)
+    return [(a, b) for a, b in held if (b - a).total_seconds() >= least]
 
 
 def stalled_s(spans: list[tuple[datetime, datetime]]) -> float:

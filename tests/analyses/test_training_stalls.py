@@ -77,6 +77,12 @@ def test_a_slow_job_that_runs_is_not_a_hang() -> None:
     window = Window(T0, T0 + timedelta(minutes=20))
     assert stalls(engine, window, step_s=90.0) == []
     assert stalls(engine, window) == []  # the 2-minute floor alone: 90 s is under it
+    # a 2 s step whose exporter refreshes the counter at each log, every 100 steps (200 s, over the
+    # 2-minute floor): the counter holds for minutes while the job runs; no minute of it is a hang
+    logged = _engine(_exposition([(20, 500.0, 2.0, 0.2)], every_s=200.0))
+    assert stalls(logged, window, step_s=2.0) == []
+    side = metrics_side(logged, window, label="logged", gpus=4)
+    assert side.tokens_per_s_per_gpu == pytest.approx(500.0, rel=0.2)  # no zero minute left out
     # a healthy 1 s job with no train_tokens_total: nothing to tell a hang by, nothing cut
     healthy = _engine(_exposition([(10, 5000.0, 1.0, 0.1)]))
     assert stalls(healthy, Window(T0, T0 + timedelta(minutes=10)), 1.0) == []
