@@ -134,7 +134,7 @@ def concentration(label: str | None, tenants: Sequence[TenantImpact]) -> list[st
             within += f" (baseline {100 * top.baseline_attainment:.1f} %)"
         if top.share_of_over >= CONCENTRATED:
             out.append(
-                f"{top.label} by {label}: `{top.tenant}` holds {top.share_of_over:.0%} of the ~{sum(t.over for t in rows):,.0f} "
+                f"{top.label} by {label}: `{top.tenant}` holds {top.share_of_over:.0%} of the ~{top.over / top.share_of_over:,.0f} "
                 f"{top.counted} over ({top.over:,.0f} of its {top.requests:,.0f}), {within} against {rest}"
             )
         else:

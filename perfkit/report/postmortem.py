@@ -114,9 +114,8 @@ class JobTerms:
     breakdown: str  # per rank and per phase, in words (replaces the latency stages)
     severity: str
     prevent: ActionItem
-    resume: str = (
-        ""  # where a rollback of the change resumes ("the checkpoint of step 25,000 ..."), if one is due
-    )
+    #: where a rollback of the change resumes ("the checkpoint of step 25,000 ..."), if one is due
+    resume: str = ""
 
 
 BRIEF_CHARS = 200

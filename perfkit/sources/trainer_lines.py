@@ -132,7 +132,6 @@ _CHECKPOINTS = (
     re.compile(r"Saving model checkpoint to \S*?\bcheckpoint-(\d{1,12})\b"),
     re.compile(r"\bsaved checkpoint step_(\d{1,12})\b"),
 )
-_NRANKS = re.compile(r"\brank \d{1,6} nranks (\d{1,6}) cudaDev\b")
 _ELASTIC_RESTART = re.compile(
     r"Worker group FAILED\. (\d{1,6})/(\d{1,6}) attempts left; will restart worker group"
 )
