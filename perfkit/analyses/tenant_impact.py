@@ -16,7 +16,6 @@ text from outside and is cut to :data:`MAX_NAME` characters (the report escapes 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from perfkit.analyses.slo import share_under
 from perfkit.core.frames import Window
 from perfkit.engine import ops
 from perfkit.engine import signals as S
+from perfkit.engine.buckets import edge_counts
 from perfkit.engine.promql import to_promql
 
 TENANT_LABELS = ("tenant", "tenant_id", "team", "team_alias", "customer", "org", "organization", "api_key_alias", "end_user")  # fmt: skip
@@ -65,17 +65,35 @@ class TenantImpact:
 
 
 def tenant_label(engine: S.Engine, signal: str, window: Window) -> str | None:
-    """The first of :data:`TENANT_LABELS` that ``signal``'s histogram carries with two values or more."""
+    """The first of :data:`TENANT_LABELS` that ``signal``'s histogram carries with two values or more
+    (one query, grouped by them all: each label's values are those of its column)."""
     res = S.resolve(engine, signal)
     if res.metric is None:
         return None
-    for label in TENANT_LABELS:
-        frame = engine.instant(
-            ops.sum_by(ops.increase(res.histogram("_count"), window.seconds), label), window.end
-        )
-        if frame.height and label in frame.columns and frame[label].drop_nulls().n_unique() >= 2:
-            return label
-    return None
+    expr = ops.sum_by(ops.increase(res.histogram("_count"), window.seconds), *TENANT_LABELS)
+    frame = engine.instant(expr, window.end)
+    return next(
+        (
+            label
+            for label in TENANT_LABELS
+            if label in frame.columns and frame[label].drop_nulls().n_unique() >= 2
+        ),
+        None,
+    )
+
+
+def _buckets_by(
+    engine: S.Engine, signal: str, window: Window, label: str, queries: list[str] | None = None
+) -> dict[str, dict[float, float]]:
+    """:func:`~perfkit.engine.signals.window_buckets` split by one label: ``sum by (le, label)
+    (increase(<signal>_bucket[window]))``, label value → upper edge → count (no label: ``""``)."""
+    res = S.resolve(engine, signal)
+    if res.metric is None:
+        return {}
+    expr = ops.sum_by(ops.increase(res.histogram("_bucket"), window.seconds), "le", label)
+    if queries is not None:
+        queries.append(to_promql(expr))
+    return edge_counts(engine.instant(expr, window.end), label)
 
 
 def by_tenant(
@@ -142,31 +160,4 @@ def concentration(label: str | None, tenants: Sequence[TenantImpact]) -> list[st
                 f"{top.label} by {label}: the misses are spread over {len(rows)} tenants; the largest part, "
                 f"`{top.tenant}`'s, is {top.share_of_over:.0%} ({within})"
             )
-    return out
-
-
-def _buckets_by(
-    engine: S.Engine, signal: str, window: Window, label: str, queries: list[str] | None = None
-) -> dict[str, dict[float, float]]:
-    """:func:`~perfkit.engine.signals.window_buckets` split by one label: ``sum by (le, label) (increase(<signal>_bucket[window]))``,
-    label value → upper edge → count (series without the label under ``""``)."""
-    res = S.resolve(engine, signal)
-    if res.metric is None:
-        return {}
-    expr = ops.sum_by(ops.increase(res.histogram("_bucket"), window.seconds), "le", label)
-    if queries is not None:
-        queries.append(to_promql(expr))
-    frame = engine.instant(expr, window.end)
-    out: dict[str, dict[float, float]] = {}
-    if not frame.height or "le" not in frame.columns:
-        return out
-    values = frame[label].to_list() if label in frame.columns else [None] * frame.height
-    for who, le, value in zip(values, frame["le"].to_list(), frame["value"].to_list(), strict=True):
-        try:
-            edge = float(str(le))
-        except ValueError:
-            continue
-        if value is not None and math.isfinite(value):
-            buckets = out.setdefault("" if who is None else str(who), {})
-            buckets[edge] = buckets.get(edge, 0.0) + float(value)
     return out

@@ -1,6 +1,7 @@
 """Histogram buckets as exporters write them and as ``histogram_quantile`` reads them: the first
 bucket of a window (:class:`FirstBucket`), a quantile of a set of bucket counts (:func:`buckets_quantile`),
-and the spellings of a bucket bound in the ``le`` label (:func:`le_spellings`), for the query helpers of
+the spellings of a bucket bound in the ``le`` label (:func:`le_spellings`) and an instant answer's counts
+per edge (:func:`edge_counts`), for the query helpers of
 :mod:`perfkit.engine.signals`; and whether a quantile's change between two windows is more than the
 buckets can resolve (:func:`within_resolution`)."""
 
@@ -42,6 +43,25 @@ def first_of(counts: dict[float, float] | None) -> FirstBucket | None:
         return None
     first = max(v for b, v in counts.items() if b <= positive[0])  # the cumulative count at the bound
     return FirstBucket(positive[0], min(1.0, max(0.0, first / total)))
+
+
+def edge_counts(frame: pl.DataFrame, by: str | None = None) -> dict[str, dict[float, float]]:
+    """An instant ``sum by (le[, by]) (...)`` answer as ``by``'s value → upper edge → count (all under
+    ``""`` without ``by``, and series lacking the label too). An ``le`` that is not a number is left
+    out, as ``histogram_quantile`` does; counts of equal edges are added."""
+    out: dict[str, dict[float, float]] = {}
+    if not frame.height or "le" not in frame.columns:
+        return out
+    values = frame[by].to_list() if by is not None and by in frame.columns else [None] * frame.height
+    for who, le, value in zip(values, frame["le"].to_list(), frame["value"].to_list(), strict=True):
+        try:
+            edge = float(str(le))
+        except ValueError:
+            continue
+        if value is not None and math.isfinite(value):
+            counts = out.setdefault("" if who is None else str(who), {})
+            counts[edge] = counts.get(edge, 0.0) + float(value)
+    return out
 
 
 def buckets_quantile(buckets: dict[float, float], q: float) -> float | None:

@@ -24,7 +24,7 @@ from perfkit.core.frames import Window
 from perfkit.engine import dialects, ops
 from perfkit.engine.buckets import FirstBucket as FirstBucket  # re-exported: signals.FirstBucket
 from perfkit.engine.buckets import buckets_quantile as buckets_quantile  # re-exported
-from perfkit.engine.buckets import by_le, first_of
+from perfkit.engine.buckets import by_le, edge_counts, first_of
 from perfkit.engine.promql import to_promql
 from perfkit.errors import QueryError
 
@@ -277,18 +277,7 @@ def window_buckets(
     expr = ops.sum_by(ops.increase(res.histogram("_bucket"), window.seconds), "le")
     if queries is not None:
         queries.append(to_promql(expr))
-    frame = engine.instant(expr, window.end)
-    out: dict[float, float] = {}
-    if not frame.height or "le" not in frame.columns:
-        return out
-    for le, value in zip(frame["le"].to_list(), frame["value"].to_list(), strict=True):
-        try:
-            edge = float(str(le))
-        except ValueError:
-            continue  # not a bucket bound: left out, as histogram_quantile does
-        if value is not None and math.isfinite(value):
-            out[edge] = out.get(edge, 0.0) + float(value)
-    return out
+    return edge_counts(engine.instant(expr, window.end)).get("", {})
 
 
 def spans_buckets(engine: Engine, signal: str, windows: list[Window]) -> dict[float, float]:
