@@ -34,7 +34,9 @@ when one of ``concurrency`` slots is free) and asks for ``output_tokens[i]`` tok
   lengths drawn from the window's ``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens``
   histograms within their buckets so that their mean is the histogram's ``_sum / _count``
   (:mod:`perfkit.loadgen.lengths`), the ``+Inf`` bucket up to twice the largest finite bound
-  (``replay["notes"]`` says so when it is used).
+  (``replay["notes"]`` says so when it is used); an engine without them (SGLang without
+  ``--collect-tokens-histogram``, trtllm-serve) through its token counters' means
+  (:mod:`perfkit.loadgen.bundle_lengths`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from perfkit.engine import signals as S
 from perfkit.engine.dialects import family
 from perfkit.engine.local import LocalEngine
 from perfkit.errors import BundleError, ConfigError
-from perfkit.loadgen.lengths import draw_lengths
+from perfkit.loadgen.bundle_lengths import window_lengths
 from perfkit.sources.safeio import RefusedFile, open_regular, size_text
 
 SHAPES = ("concurrency", "rate", "burst", "replay")
@@ -440,15 +442,20 @@ def replay_log(
 def replay_bundle(path: str | Path, time_scale: float = 1.0, seed: int = 0, max_requests: int | None = None,
                   window: Window | None = None) -> Plan:  # fmt: skip
     """The traffic of the incident bundle at ``path`` over its window or ``window`` (module docstring);
-    the first ``max_requests`` arrivals (the same as without it). A bundle without the request counter
-    or a length histogram is a :class:`~perfkit.errors.BundleError` naming the family."""
+    the first ``max_requests`` arrivals (the same as without it). A bundle without the request counter,
+    or without both a length histogram and a token counter (:mod:`perfkit.loadgen.bundle_lengths`), is
+    a :class:`~perfkit.errors.BundleError` naming the family."""
     from perfkit.sources.bundle import load_bundle  # reads every exporter format: only when replaying
 
     scale = _positive(time_scale, "time scale")
     cap = None if max_requests is None else _whole(max_requests, "max_requests", 1, MAX_PLAN_REQUESTS)
     names = [b for g in ("e2e", "prompt_tokens", "generation_tokens") for b in S.HISTOGRAMS[g]]
     wanted = {f"{b}_{s}" for b in names for s in ("bucket", "count", "sum")}
-    wanted |= {family(n) for n in S.GAUGES["running"] + S.GAUGES["waiting"] + S.COUNTERS["request_success"]}
+    counters = ("request_success", "prompt_tokens_total", "generation_tokens_total")
+    wanted |= {
+        family(n)
+        for n in S.GAUGES["running"] + S.GAUGES["waiting"] + sum((S.COUNTERS[c] for c in counters), ())
+    }
     bundle = load_bundle(path, families=wanted)
     engine, where = LocalEngine(bundle.store), str(bundle.path)
     window = window or bundle.incident.window
@@ -468,24 +475,13 @@ def replay_bundle(path: str | Path, time_scale: float = 1.0, seed: int = 0, max_
     if not len(at):
         raise BundleError(f"the draw holds no request (about {per_bin.sum():.1f} expected)", path=where)
     notes.insert(0, f"arrivals: Poisson with the per-minute rate of {counter} (seed {seed})")
-    notes.append("lengths: drawn from the window's histograms, prompt and output independent")
-    lengths = []
-    for signal, rng in (("prompt_tokens", prompt_rng), ("generation_tokens", output_rng)):
-        metric = S.resolve(engine, signal).metric
-        if metric is None:
-            raise BundleError(
-                f"{S.absent(engine, 'histograms', signal)}: cannot draw request lengths", path=where
-            )
-        increase = ops.sum_by(ops.increase(ops.Selector(f"{metric}_bucket"), window.seconds), "le")
-        top = MAX_PROMPT_TOKENS if signal == "prompt_tokens" else MAX_OUTPUT_TOKENS
-        mean = _window_mean(engine, metric, window)
-        drawn, said = draw_lengths(engine.instant(increase, window.end), len(at), rng, metric, top, mean)
-        if drawn is None:
-            raise BundleError(
-                f"{metric} has no observations in finite buckets in the incident window", path=where
-            )
-        notes += said
-        lengths.append(drawn)
+    got = window_lengths(
+        engine, bundle.logs, window, len(at), (prompt_rng, output_rng), (MAX_PROMPT_TOKENS, MAX_OUTPUT_TOKENS)
+    )
+    if isinstance(got, str):
+        raise BundleError(got, path=where)
+    lengths, said = got
+    notes += ["lengths: prompt and output drawn independently", *said]
     replay = {
         "source": bundle.path.name,
         "format": "bundle",
@@ -549,20 +545,6 @@ def _arrivals_per_minute(
             f"{counter.metric} implies over {MAX_PLAN_REQUESTS:,} requests a minute", path=where
         )
     return counter.metric, offsets[:-1], widths, per_bin, notes
-
-
-def _window_mean(engine: LocalEngine, metric: str, window: Window) -> float | None:
-    """The histogram's mean over the window: increase of ``_sum`` over increase of ``_count``."""
-    parts = []
-    for suffix in ("_sum", "_count"):
-        frame = engine.instant(
-            ops.sum_by(ops.increase(ops.Selector(metric + suffix), window.seconds)), window.end
-        )
-        parts.append(float(frame["value"][0]) if frame.height else math.nan)
-    total, count = parts
-    return (
-        total / count if math.isfinite(total) and math.isfinite(count) and count > 0 and total > 0 else None
-    )
 
 
 def _on_edges(engine: LocalEngine, expr: ops.Expr, edges: list[datetime]) -> np.ndarray:

@@ -88,6 +88,8 @@ def sglang_stats(text: str) -> tuple[str, float | None, float | None, int, int, 
 
 
 _NEW_TOKENS = re.compile(r"#new-token: (\d{1,9})\b")
+_NEW_SEQ = re.compile(r"#new-seq: (\d{1,7})\b")
+_CACHED = re.compile(r"#cached-token: (\d{1,9})\b")
 PREFILL_KIND = "sglang_prefill"  # the record kind of a prefill line (perfkit.sources.log_lines)
 
 
@@ -99,9 +101,14 @@ def prefill_tokens(message: str) -> int | None:
 
 def prefill_batches(records: pl.DataFrame | None) -> pl.DataFrame:
     """SGLang's prefill batches in log records (``perfkit.sources.logs``' records): ``ts``, ``new_tokens``,
-    in time order; empty when the logs hold none. One batch is one engine step's prefill: a prompt
-    SGLang did not chunk is one large batch, which every running decode waits for."""
-    empty = pl.DataFrame(schema={"ts": pl.Datetime("ms", "UTC"), "new_tokens": pl.Int64})
+    ``new_seq`` (the requests it prefilled, a chunked prompt's request counted again with each chunk)
+    and ``cached_tokens`` (their prompt tokens the radix cache already held; both null where a line
+    lacks the field), in time order; empty when the logs hold none. One batch is one engine step's
+    prefill: a prompt SGLang did not chunk is one large batch, which every running decode waits for."""
+    schema: dict[str, pl.DataType] = {
+        "ts": pl.Datetime("ms", "UTC"), "new_tokens": pl.Int64(), "new_seq": pl.Int64(), "cached_tokens": pl.Int64()
+    }  # fmt: skip
+    empty = pl.DataFrame(schema=schema)
     if records is None or not records.height or "kind" not in records.columns:
         return empty
     rows = records.filter((pl.col("kind") == PREFILL_KIND) & pl.col("ts").is_not_null())
@@ -110,8 +117,10 @@ def prefill_batches(records: pl.DataFrame | None) -> pl.DataFrame:
     out = rows.select(
         pl.col("ts").cast(pl.Datetime("ms", "UTC")),
         pl.col("message").str.extract(_NEW_TOKENS.pattern, 1).cast(pl.Int64).alias("new_tokens"),
+        pl.col("message").str.extract(_NEW_SEQ.pattern, 1).cast(pl.Int64).alias("new_seq"),
+        pl.col("message").str.extract(_CACHED.pattern, 1).cast(pl.Int64).alias("cached_tokens"),
     )
-    return out.drop_nulls().sort("ts")
+    return out.drop_nulls("new_tokens").sort("ts")
 
 
 def is_trtllm_launch(text: str) -> bool:

@@ -137,3 +137,21 @@ def test_remedies_follow_the_engines_settings():
     assert candidates("prefill_decode_interference", done, True) == []  # already the remedy: nothing to try
     assert candidates("release_regression", cfg, False) == []  # no baseline engine to go back to
     assert candidates("memory_oversubscription", cfg, True) == []  # a crash is not replayed
+
+
+@pytest.mark.parametrize("engine", ["sglang", "trtllm", "tgi"])
+def test_an_engine_without_a_per_request_cap_is_never_predicted_one(engine):
+    """Only vLLM has --long-prefill-token-threshold: SGLang, trtllm-serve and TGI are replayed and
+    searched over chunk budgets alone, so the setting predicted is one the engine can be given."""
+    from perfkit.app.whatif.remedy import command, searched
+
+    cfg = config_from_bundle(SCENARIOS / "p95-prefill-interference").cfg
+    tried = candidates("prefill_decode_interference", cfg, True, engine)
+    tried += searched("prefill_decode_interference", cfg, [], engine)
+    assert len(tried) >= 4 and len({c.changes["max_num_batched_tokens"] for c in tried}) == len(tried)
+    for cand in tried:
+        assert "long_prefill_token_threshold" not in cand.changes and "cap per request" not in cand.label
+        assert "no " not in command(cand.changes, engine)  # every setting has the engine's own flag
+    vllm = searched("prefill_decode_interference", cfg, [], "vllm")
+    assert all(c.changes["long_prefill_token_threshold"] > 0 for c in vllm)
+    assert searched("prefill_decode_interference", cfg, [], None) == vllm  # unknown engine: vLLM's knobs

@@ -132,6 +132,16 @@ def config_from_bundle(path: str | Path) -> Base:
     for key, found in engine_config(bundle.logs, engine, inc.window).items():
         put(_ENGINE_KEYS[key], found["value"], str(found["source"]))
     blocks_recorded = _cache_info(engine, inc.window, put)
+    context = hardware.model(values["model"]).max_position_embeddings
+    if "max_model_len" not in values and context:
+        # vLLM's max_model_len, SGLang's context_length and trtllm-serve's max_seq_len all default to the
+        # model's own context; without chunked prefill no prompt passes the step's token budget
+        budget = (
+            values.get("max_num_batched_tokens") if not values.get("enable_chunked_prefill", True) else None
+        )
+        cut = ", cut to the step's token budget" if budget and budget < context else ""
+        put("max_model_len", min(int(context), int(budget or context)),
+            f"the model's max_position_embeddings (the engines' default){cut}")  # fmt: skip
     if not values.get("enable_chunked_prefill", True) and "max_num_batched_tokens" not in values:
         # vLLM's SchedulerConfig.__post_init__ (vllm/config.py) without chunked prefill:
         # max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048 in vllm/utils) tokens a step
@@ -139,7 +149,16 @@ def config_from_bundle(path: str | Path) -> Base:
     try:
         cfg = config_from_dict(dict(values), f"{bundle.path}: the recorded engine")
     except ConfigError as exc:
-        raise ConfigError(f"{exc}; describe the engine with --engine-config FILE instead") from None
+        if not origin.get("max_model_len", "").startswith("the model's"):
+            raise ConfigError(f"{exc}; describe the engine with --engine-config FILE instead") from None
+        del values["max_model_len"], origin["max_model_len"]  # the KV cache cannot hold the whole context
+        if origin.get("max_num_batched_tokens") == "vLLM's default":
+            put("max_num_batched_tokens", 8192, "vLLM's default")
+        notes.append(f"the model's whole context does not fit ({exc}): max_model_len left at 8,192")
+        try:
+            cfg = config_from_dict(dict(values), f"{bundle.path}: the recorded engine")
+        except ConfigError as again:
+            raise ConfigError(f"{again}; describe the engine with --engine-config FILE instead") from None
     if blocks_recorded:
         notes.append(
             f"vllm:cache_config_info says num_gpu_blocks={blocks_recorded}; the simulator's memory model "

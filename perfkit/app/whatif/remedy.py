@@ -63,10 +63,13 @@ CHUNK_CAP = 512
 """The interference row's remedy: ``--max-num-batched-tokens 2048 --long-prefill-token-threshold 512``."""
 
 CHUNK_SEARCH = [(budget, cap) for budget in (1024, 2048, 4096) for cap in (128, 256, 512)]
+CHUNK_SEARCH_NO_CAP = [(budget, 0) for budget in (512, 1024, 4096, 8192)]
 REPLICA_SEARCH = (3, 4)
 """Where the row's remedy newly breaks an SLO or leaves one broken, the settings of its own knob tried
 for one that meets every SLO: chunk budgets and per-request caps (a smaller chunk is a shorter step
-beside the decodes, at more steps per long prompt), more engines."""
+beside the decodes, at more steps per long prompt), more engines. An engine with no per-request
+prefill cap (only vLLM has ``--long-prefill-token-threshold``) is searched over budgets alone
+(:data:`CHUNK_SEARCH_NO_CAP`): a setting it cannot be given is never predicted for it."""
 #: the number each direction's remedy must move (all are latencies: lower is better), as its triage row
 #: declares it (:attr:`perfkit.triage.row_types.Row.remedy_target`)
 TARGET = {r.direction: r.remedy_target for r in ROWS if r.remedy and r.remedy_target}
@@ -246,27 +249,32 @@ def _ms(value: float | None) -> str:
     return f"{value / 1e3:.2f} s" if value >= 1000 else f"{value:.0f} ms"
 
 
-def _chunked_prefill(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
-    if cfg.enable_chunked_prefill and cfg.long_prefill_token_threshold:
+def has_prefill_cap(engine: str | None) -> bool:
+    """Whether ``engine`` (vLLM's when not known) has a flag for a per-request prefill cap."""
+    return "long_prefill_token_threshold" in FLAGS.get(engine or "vllm", FLAGS["vllm"])
+
+
+def _chunk(direction: str, budget: int, cap: int, engine: str | None) -> Candidate:
+    """Chunked prefill at ``budget`` tokens a step, each request's prefill capped at ``cap`` where the
+    engine has that knob (else none)."""
+    cap = cap if has_prefill_cap(engine) else 0
+    changes: dict[str, Any] = {"enable_chunked_prefill": True, "max_num_batched_tokens": budget}
+    if cap:
+        changes["long_prefill_token_threshold"] = cap
+    return Candidate(direction, _chunk_label(budget, cap), changes)
+
+
+def _chunked_prefill(direction: str, cfg: Any, has_baseline: bool, engine: str | None) -> list[Candidate]:
+    if cfg.enable_chunked_prefill and (cfg.long_prefill_token_threshold or not has_prefill_cap(engine)):
         return []
-    return [
-        Candidate(
-            direction,
-            _chunk_label(CHUNK_BUDGET, CHUNK_CAP),
-            {
-                "enable_chunked_prefill": True,
-                "max_num_batched_tokens": CHUNK_BUDGET,
-                "long_prefill_token_threshold": CHUNK_CAP,
-            },
-        )
-    ]
+    return [_chunk(direction, CHUNK_BUDGET, CHUNK_CAP, engine)]
 
 
-def _replicas(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
+def _replicas(direction: str, cfg: Any, has_baseline: bool, engine: str | None) -> list[Candidate]:
     return [Candidate(direction, "twice the engines (half the traffic each)", traffic_share=0.5)]
 
 
-def _kv_headroom(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
+def _kv_headroom(direction: str, cfg: Any, has_baseline: bool, engine: str | None) -> list[Candidate]:
     out = []
     if cfg.gpu_memory_utilization + 1e-9 < MAX_UTILIZATION:
         up = round(min(MAX_UTILIZATION, cfg.gpu_memory_utilization + KV_HEADROOM), 2)
@@ -279,7 +287,7 @@ def _kv_headroom(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate
     return out
 
 
-def _baseline_engine(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
+def _baseline_engine(direction: str, cfg: Any, has_baseline: bool, engine: str | None) -> list[Candidate]:
     if not has_baseline:
         return []
     what = "the previous release's speed" if direction == "release_regression" else "a healthy engine's speed"
@@ -296,13 +304,13 @@ REMEDIES = {
 }
 
 
-def candidates(direction: str, cfg: Any, has_baseline: bool) -> list[Candidate]:
-    """What the row's next step is, for the engine ``cfg`` (module docstring); none for a direction
-    whose row declares no remedy."""
+def candidates(direction: str, cfg: Any, has_baseline: bool, engine: str | None = None) -> list[Candidate]:
+    """What the row's next step is, for the engine ``cfg`` served by ``engine`` (a dialect's name; vLLM's
+    knobs when None) (module docstring); none for a direction whose row declares no remedy."""
     row = BY_DIRECTION.get(direction)
     if row is None or row.remedy is None:
         return []
-    return REMEDIES[row.remedy](direction, cfg, has_baseline)
+    return REMEDIES[row.remedy](direction, cfg, has_baseline, engine)
 
 
 def predict(
@@ -429,7 +437,7 @@ def _predict(
                 "meets_every_slo": bool(judged) and all(r["verdict"] == "meets" for r in judged)}  # fmt: skip
 
     for direction in directions:
-        cands = candidates(direction, engine, "baseline" in rep.engines)
+        cands = candidates(direction, engine, "baseline" in rep.engines, out.engine)
         if direction in TARGET and not cands:
             out.notes.append(f"{direction}: no remedy left to replay for this engine's settings")
         target = TARGET.get(direction)
@@ -442,7 +450,7 @@ def _predict(
                 break
         if done or not cands:  # nothing of the row's left for this engine: no knob to search either
             continue
-        for cand in searched(direction, engine, [t["label"] for t in out.tried]):
+        for cand in searched(direction, engine, [t["label"] for t in out.tried], out.engine):
             tried = attempt(direction, cand, target)
             tried["searched"] = True
             out.tried.append(tried)
@@ -451,16 +459,15 @@ def _predict(
     return out
 
 
-def searched(direction: str, cfg: Any, tried: list[str]) -> list[Candidate]:
-    """The row's own knob at other settings (:data:`CHUNK_SEARCH`, :data:`REPLICA_SEARCH`), none already tried."""
+def searched(direction: str, cfg: Any, tried: list[str], engine: str | None = None) -> list[Candidate]:
+    """The row's own knob at other settings (:data:`CHUNK_SEARCH`, :data:`REPLICA_SEARCH`) that
+    ``engine`` can be given, none already tried."""
     row = BY_DIRECTION.get(direction)
     kind = row.remedy if row is not None else None
     out: list[Candidate] = []
     if kind == "chunked_prefill":
-        for budget, cap in CHUNK_SEARCH:
-            label = _chunk_label(budget, cap)
-            changes = {"enable_chunked_prefill": True, "max_num_batched_tokens": budget, "long_prefill_token_threshold": cap}  # fmt: skip
-            out.append(Candidate(direction, label, changes))
+        for budget, cap in CHUNK_SEARCH if has_prefill_cap(engine) else CHUNK_SEARCH_NO_CAP:
+            out.append(_chunk(direction, budget, cap, engine))
     elif kind == "replicas":
         for n in REPLICA_SEARCH:
             out.append(
@@ -470,7 +477,9 @@ def searched(direction: str, cfg: Any, tried: list[str]) -> list[Candidate]:
 
 
 def _chunk_label(budget: int, cap: int) -> str:
-    return f"chunked prefill, budget {budget}, {cap}-token cap per request"
+    return f"chunked prefill, budget {budget}, " + (
+        f"{cap}-token cap per request" if cap else "no per-request cap"
+    )
 
 
 def _error(sim: float | None, obs: float | None) -> float | None:

@@ -35,6 +35,8 @@ _CODE = (
     "lab/servesim/offline.py",
     "loadgen/shapes.py",
     "loadgen/lengths.py",
+    "loadgen/bundle_lengths.py",
+    "sources/engine_lines.py",
 )
 
 
