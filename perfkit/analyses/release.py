@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from perfkit.analyses.changepoints import MIN_REL_CHANGE, ChangePoint, detect
+from perfkit.analyses.training_stalls import stalls
 from perfkit.core.frames import Window, iso, utc
 from perfkit.engine import signals as S
 
@@ -198,6 +199,9 @@ class ReleaseCorrelation:
     #: where the suspect is blamed on means alone (:func:`is_mean`): how the requests' mix moved at it
     #: (:func:`mix_at`); empty where it was not read or the engine exports no token histograms
     mix: dict[str, float] = field(default_factory=dict)
+    #: a training job's stalls over the span (:mod:`perfkit.analyses.training_stalls`): its step gauge
+    #: froze there, drawn as gaps; the change points are found on the series as it was exported
+    stalled: list[tuple[datetime, datetime]] = field(default_factory=list)
 
     @property
     def suspect_version(self) -> str | None:
@@ -412,4 +416,5 @@ def correlate(engine, window: Window, baseline: Window | None, events: pl.DataFr
         queries,
         missing,
         mix,
+        stalls(engine, span) if STEP_TIME in series else [],
     )

@@ -75,6 +75,16 @@ def running(frame: pl.DataFrame, spans: list[tuple[datetime, datetime]]) -> pl.D
     return frame.filter(keep)
 
 
+def gaps(frame: pl.DataFrame, spans: list[tuple[datetime, datetime]]) -> pl.DataFrame:
+    """``frame`` with its values inside every stall nulled: drawn as a gap, not as the frozen gauge."""
+    if not spans or not frame.height or "ts" not in frame.columns:
+        return frame
+    inside = pl.lit(False)
+    for a, b in spans:
+        inside = inside | ((pl.col("ts") > a) & (pl.col("ts") <= b))
+    return frame.with_columns(pl.when(inside).then(None).otherwise(pl.col("value")).alias("value"))
+
+
 def running_mean(frame: pl.DataFrame, spans: list[tuple[datetime, datetime]]) -> tuple[float | None, int]:
     """The mean of ``frame``'s finite values outside the stalls, and how many there were."""
     kept = running(frame, spans)
@@ -94,4 +104,15 @@ def described(spans: list[tuple[datetime, datetime]]) -> str:
     return (
         f"the {total:.1f} min the job stood still{many} (tokens did not rise; its step gauges repeated "
         "the last step) are left out of the step-time averages"
+    )
+
+
+def stood_still(spans: list[tuple[datetime, datetime]]) -> str:
+    """``the job stood still 10.0 min (tokens did not rise), its frozen step gauge not drawn``."""
+    if not spans:
+        return ""
+    many = f" in {len(spans)} stretches" if len(spans) > 1 else ""
+    minutes = stalled_s(spans) / 60
+    return (
+        f"the job stood still {minutes:.1f} min{many} (tokens did not rise), its frozen step gauge not drawn"
     )

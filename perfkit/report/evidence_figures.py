@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, TypedDict
 
 import polars as pl
@@ -43,13 +44,15 @@ def evidence_figure(
         it = ev.interference
         if it.series is None or not it.series.height:
             return None
+        both = _sides(it.baseline_series, it.series)  # the claim is "against a baseline": draw it
         return figures.two_axes(
-            (it.arrivals_label, it.series.select("ts", pl.col("long_arrivals").alias("value"))),
-            (it.stalls_label, it.series.select("ts", pl.col("itl_stalls").alias("value"))),
+            (it.arrivals_label, both.select("ts", pl.col("long_arrivals").alias("value"))),
+            (it.stalls_label, both.select("ts", pl.col("itl_stalls").alias("value"))),
             title=title,
             left_title="requests" if it.long_threshold_tokens is not None or it.proxy is None else "per bin",
             right_title="ITL stalls" if it.stall_threshold_s is not None else it.stalls_label,
             window=window,
+            baseline=baseline if it.baseline_series is not None and it.baseline_series.height else None,
         )
     if direction == "release_regression":  # the latency quantiles, or a training job's step time
         rel = {k: v for k, v in ev.release.series.items() if k.startswith(("TTFT", "ITL", "TPOT", "E2E")) and v.height}  # fmt: skip
@@ -71,3 +74,19 @@ def evidence_figure(
     ):
         return figures.timeseries(series, title=title, ytitle=figure.ytitle or "", **kw)
     return None  # nothing to draw: no empty chart
+
+
+def _sides(*frames: pl.DataFrame | None) -> pl.DataFrame:
+    """The frames' bins in time order with a null row before each but the first, so a line does not
+    bridge the time between a baseline and the incident as if it had been measured."""
+    kept = sorted((f for f in frames if f is not None and f.height), key=lambda f: f["ts"].to_list()[0])
+    parts: list[pl.DataFrame] = []
+    for f in kept:
+        if parts:
+            gap = f.head(1).with_columns(
+                pl.col("ts") - timedelta(milliseconds=1),
+                *(pl.lit(None, dtype=f.schema[c]).alias(c) for c in f.columns if c != "ts"),
+            )
+            parts.append(gap)
+        parts.append(f)
+    return pl.concat(parts, how="vertical_relaxed")

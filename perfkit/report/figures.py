@@ -252,11 +252,14 @@ def two_axes(
     left_title: str,
     right_title: str,
     window: Window | None = None,
+    baseline: Window | None = None,
 ) -> go.Figure:
-    """Bars on the left axis, a line on the right axis (e.g. long-prompt arrivals vs ITL stalls)."""
+    """Bars on the left axis, a line on the right axis (e.g. long-prompt arrivals vs ITL stalls); a
+    null value breaks the line (the time between a baseline and the incident is not drawn across)."""
     fig = go.Figure()
     ln, lf = left
     rn, rf = right
+    lf = lf.filter(pl.col("value").is_not_null())  # a bar at a break would narrow every bar to it
     fig.add_trace(
         go.Bar(
             x=[iso(t) for t in lf["ts"].to_list()],
@@ -284,7 +287,8 @@ def two_axes(
             "side": "right",
             "showgrid": False,
             "rangemode": "tozero",
+            "tickformat": ".3~g",  # the right axis' ticks follow the left's grid: no 239.7
         },
     )
-    mark_windows(fig, window, None)
+    mark_windows(fig, window, baseline)
     return _layout(fig, title, left_title)

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from perfkit.analyses.baseline import USER_FACING
-from perfkit.analyses.training_stalls import described
+from perfkit.analyses.training_stalls import described, gaps, stood_still
 from perfkit.analyses.workloads import describe
 from perfkit.core.findings import Finding, record, table_from_frame
 from perfkit.core.frames import iso
@@ -204,7 +204,8 @@ def changes_section(rel: Any, inc: Incident, events: list[dict[str, Any]]) -> Se
         },
     )
     latency = {k: v for k, v in rel.series.items() if k.startswith(("TTFT", "ITL", "TPOT")) and v.height}
-    step = {k: v for k, v in rel.series.items() if k == "step time" and v.height}  # a training job's
+    # a training job's, the minutes it stood still drawn as gaps (its gauge repeated the last step)
+    step = {k: gaps(v, rel.stalled) for k, v in rel.series.items() if k == "step time" and v.height}
     fig = None
     if latency or step:  # a chart with nothing to draw is left out, not drawn empty
         fig = figures.timeseries(
@@ -230,6 +231,7 @@ def changes_section(rel: Any, inc: Incident, events: list[dict[str, Any]]) -> Se
         figure=_fig_json(fig) if fig is not None else None,
         figure_caption=f"{'quantiles' if latency else 'the mean step time'} at {rel.step_s:g} s steps over "
         f"{iso(rel.span.start)} → {iso(rel.span.end)}; dotted lines: deploys/config changes"
+        + (f"; a gap: {stood_still(rel.stalled)}" if step and not latency and rel.stalled else "")
         if fig is not None
         else None,
         missing=list(rel.missing),

@@ -99,3 +99,25 @@ def test_the_embedded_nccl_hang_reads_its_steady_state() -> None:
     # frozen minutes made of it; and over three quarters of it in collectives
     assert side.step_s / baseline.step_s > 5.0
     assert side.shares.communication > 0.75
+
+
+def test_what_changed_draws_the_hang_as_a_gap_and_finds_its_change_points_as_exported() -> None:
+    """The step-time chart leaves the minutes the job stood still undrawn (a frozen gauge is not a
+    step time) and says so; the change points are read from the series as it was exported."""
+    from perfkit.analyses.release import correlate
+    from perfkit.report.sections import changes_section
+
+    ctx = open_incident("nccl-socket-fallback")
+    inc = ctx.incident
+    rel = correlate(ctx.engine, inc.window, inc.baseline, ctx.events)
+    assert len(rel.stalled) == 1
+    a, b = rel.stalled[0]
+    exported = rel.series["step time"]
+    frozen = exported.filter((exported["ts"] > a) & (exported["ts"] <= b))
+    assert frozen.height >= 5 and frozen["value"].null_count() == 0  # the gauge went on answering
+    section = changes_section(rel, inc, [])
+    (trace,) = section.figure.data
+    drawn = dict(zip(trace.x, trace.y, strict=True))
+    inside = [drawn[t.isoformat().replace("+00:00", "Z")] for t in frozen["ts"]]
+    assert inside and all(v is None for v in inside)
+    assert "stood still" in section.finding.figure_caption
