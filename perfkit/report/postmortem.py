@@ -210,13 +210,16 @@ def build(
     restarts: list[dict[str, Any]] | None = None,
     job: JobTerms | None = None,
     predicted_fix: str | None = None,
+    fix_helps: bool = True,
     impact: Impact | None = None,
 ) -> PostmortemModel:
     """The postmortem's document model. ``job``: a training job's impact in its own terms (step
     time, tokens/s, MFU, time lost; :mod:`perfkit.report.training_impact`) in place of the latency
     quantiles, its per-rank and per-phase breakdown in place of the latency stages. ``impact``: the
     SLOs' impact (:mod:`perfkit.analyses.impact`), which sets the severity from what the incident
-    caused and tells a breach that was there before from one it made."""
+    caused and tells a breach that was there before from one it made. ``predicted_fix``: the replay's
+    mitigation in one line; where no setting it tried helps (``fix_helps`` False) the row's own advice
+    stays the action, with the replay's word against it."""
     top = triage.top if triage else None
     confirmed = triage.confirmed() if triage else []
     head = base.headline() if base else None
@@ -436,9 +439,11 @@ def build(
         # the replay's recommended setting replaces the row's general advice (one command, not two)
         action = (
             f"{c.row.direction}: {predicted_fix}; confirm it in a replayed load test before it ships"
-            if predicted_fix
+            if predicted_fix and fix_helps
             else (triage.next_step(c) if triage else c.row.next_step)
         )
+        if predicted_fix and not fix_helps:  # the general advice, and what the replay says of it
+            action += f"; but {predicted_fix}"
         change = training_change(c, events, incident) if job is not None else None
         if change is not None and change["trigger"]:
             rest = action.replace(TRAINING_REVERT, "")

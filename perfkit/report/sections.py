@@ -352,7 +352,7 @@ def stages_section(res: Any) -> Section:
         data=res.as_dict(),
         table=table_from_frame(table),
         figure=_fig_json(fig),
-        figure_caption="means are increase(_sum)/increase(_count) of vLLM's per-stage histograms",
+        figure_caption="means are increase(_sum)/increase(_count) of the serving engine's per-stage histograms",
         missing=list(res.missing),
         queries=list(dict.fromkeys(res.queries)),
     )

@@ -97,7 +97,8 @@ def test_the_postmortem_of_another_engine_names_nothing_of_vllms(tellings, scena
     said = []
     for module, name in section_calls("inference_latency"):
         f = getattr(module, name)(ctx).finding
-        said.append(json.dumps({"summary": f.summary, "table": f.table, "missing": f.missing}, default=str))
+        said.append(json.dumps({"summary": f.summary, "table": f.table, "missing": f.missing,
+                                "caption": f.figure_caption}, default=str))  # fmt: skip
     triage = ctx.results["triage"]
     assert triage.engine_name == engine
     said += [d["next_step"] for d in triage.to_json()["directions"]]
@@ -107,3 +108,33 @@ def test_the_postmortem_of_another_engine_names_nothing_of_vllms(tellings, scena
     )
     hits = {m.group(0) for text in said for m in VLLM_WORDS.finditer(text)}
     assert not hits, (scenario, engine, hits)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+def test_the_fix_is_predicted_on_an_engine_without_length_histograms_in_its_words(tmp_path, engine):
+    """The demo told by SGLang (no --collect-tokens-histogram) and trtllm-serve: the fix section runs
+    (lengths from the token counters, said so), predicts only settings the engine has a flag for, and
+    the postmortem names nothing of vLLM's."""
+    folder = tmp_path / engine
+    generate(replace(SCENARIOS["p95-prefill-interference"](), dialect=engine), folder)
+    ctx = rb.open_incident(str(folder))
+    said = []
+    calls = [(m, n) for m, n in section_calls("inference_latency") if n != "findings"]
+    for module, name in [*calls, (rb, "predicted_fix"), (rb, "findings")]:
+        f = getattr(module, name)(ctx).finding
+        said.append(json.dumps({"summary": f.summary, "table": f.table, "missing": f.missing,
+                                "caption": f.figure_caption}, default=str))  # fmt: skip
+    pred = ctx.results["predicted_fix"]
+    assert pred.tried and pred.engine == engine
+    assert all("long_prefill_token_threshold" not in t["set"] for t in pred.tried)
+    assert any("no length histogram" in n for n in pred.notes)
+    model = rb.findings(ctx).finding.data
+    said.append(json.dumps(model, default=str))
+    hits = {m.group(0) for text in said for m in VLLM_WORDS.finditer(text)}
+    assert not hits, (engine, hits)
+    p0 = next(a["action"] for a in model["action_items"] if a["priority"] == "P0")
+    if pred.recommended is None:  # the row's own advice stays the action, with the replay's word on it
+        assert "enable chunked prefill" in p0 and "found no setting that helps" in p0
+    else:
+        assert p0.startswith("prefill_decode_interference: predicted by the calibrated replay")

@@ -289,6 +289,7 @@ def findings(ctx: Context) -> Section:
         restarts=[r.as_dict() for r in getattr(ctx.results.get("completeness"), "restarts", [])],
         impact=ctx.results.get("impact"),
         predicted_fix=pred.action_text() if (pred := ctx.results.get("predicted_fix")) is not None else None,
+        fix_helps=pred is None or pred.recommended is not None,
     )
     return show.findings_section(model)
 

@@ -142,8 +142,16 @@ class Prediction:
         """The mitigation in one line: the setting to ship (its command), each SLO it is predicted to
         give, and what it leaves broken; the full reasoning is :meth:`summary`'s."""
         rec = self.recommended
-        if rec is None:
-            return self.summary()
+        trust = "" if self.trusted else "; untrusted: the replay of the incident misses what was observed"
+        if rec is None:  # what the row's general advice should be read against
+            if not self.tried:
+                return self.summary()
+            first, others = self.tried[0], len(self.tried) - 1
+            return (
+                f"the calibrated replay found no setting that helps: {first['label']} gives {_own(first)}"
+                + (f", and none of the {others} other settings tried did better" if others else "")
+                + f" (the fix section shows each against every SLO){trust}"
+            )
         cmd = command(rec.get("set") or {}, self.engine)
         rows = rec.get("slos") or []
         said = ", ".join(
@@ -153,7 +161,6 @@ class Prediction:
             )
             for r in rows
         )
-        trust = "" if self.trusted else "; untrusted: the replay of the incident misses what was observed"
         return (
             f"predicted by the calibrated replay: {rec['label']}"
             + (f" ({cmd})" if cmd else "")
@@ -179,7 +186,9 @@ class Prediction:
                 n = sum(1 for t in self.tried if t["direction"] == rec["direction"])
                 head += f". No setting of the {n} tried meets every SLO (the table shows the trade-off)"
         trust = "" if self.trusted else " — untrusted: the replay of the incident misses what was observed"
-        return f"predicted by the calibrated replay: {head}{trust}"
+        assumed = [n for n in self.notes if "no length histogram" in n]  # bundle_lengths' notes
+        lengths = f". Request lengths: {'; '.join(assumed)}" if assumed else ""
+        return f"predicted by the calibrated replay: {head}{trust}{lengths}"
 
 
 FLAGS: dict[str, dict[str, str]] = {
@@ -403,8 +412,9 @@ def _predict(
 
     as_was = play(engine)
     error = {m: _error(as_was.get(m), observed.get(m)) for m in SHOWN}
+    lengths = [n for n in (plan.replay or {}).get("notes", []) if "no length histogram" in n]
     out = Prediction(
-        observed, as_was, error, rep.trusted, notes=list(rep.why), engine=S.serving_engine(store)
+        observed, as_was, error, rep.trusted, notes=[*rep.why, *lengths], engine=S.serving_engine(store)
     )
     out.slo_observed = {
         t["metric"]: {**t, "observed_ms": slo_seen[t["metric"]], "as_was_ms": as_was["slo_ms"].get(t["metric"]),
