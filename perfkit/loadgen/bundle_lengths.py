@@ -42,6 +42,9 @@ LINES_AGREE = (0.8, 1.25)
 """SGLang's prefill lines stand for the prompt mix when the requests they count are within these
 ratios of the requests the counter finished in the window (and their mean prompt of the counter's)."""
 COUNTERS = {"prompt_tokens": "prompt_tokens_total", "generation_tokens": "generation_tokens_total"}
+MAX_BATCH_SEQS = 100_000
+"""Most new requests one prefill line is taken to hold: far above any engine's running batch (SGLang's
+--max-running-requests runs to thousands), so a larger count is not a batch and the line is skipped."""
 
 
 def window_lengths(
@@ -120,7 +123,7 @@ def _prompts_from_lines(logs: pl.DataFrame, window: Window) -> np.ndarray | None
     5,000 and lose the tail that blocks the decodes)."""
     batches = prefill_batches(logs).filter(
         pl.col("ts").is_between(window.start, window.end, closed="left")
-        & (pl.col("new_seq") > 0)
+        & pl.col("new_seq").is_between(1, MAX_BATCH_SEQS)
         & pl.col("cached_tokens").is_not_null()
     )
     if not batches.height:

@@ -155,3 +155,19 @@ def test_an_engine_without_a_per_request_cap_is_never_predicted_one(engine):
     vllm = searched("prefill_decode_interference", cfg, [], "vllm")
     assert all(c.changes["long_prefill_token_threshold"] > 0 for c in vllm)
     assert searched("prefill_decode_interference", cfg, [], None) == vllm  # unknown engine: vLLM's knobs
+
+
+def test_an_engine_that_already_chunks_without_a_cap_is_offered_a_smaller_budget():
+    """SGLang chunks prefills by default (--chunked-prefill-size): its remedy is a smaller chunk, and
+    none where its chunk is already as small as the row's."""
+    from dataclasses import replace
+
+    cfg = config_from_bundle(SCENARIOS / "p95-prefill-interference").cfg
+    big = replace(cfg, enable_chunked_prefill=True, max_num_batched_tokens=8192)
+    (cand,) = candidates("prefill_decode_interference", big, True, "sglang")
+    assert cand.changes == {"enable_chunked_prefill": True, "max_num_batched_tokens": 2048}
+    small = replace(cfg, enable_chunked_prefill=True, max_num_batched_tokens=2048)
+    assert candidates("prefill_decode_interference", small, True, "sglang") == []
+    assert candidates("prefill_decode_interference", big, True, "vllm")[0].changes[
+        "long_prefill_token_threshold"
+    ]

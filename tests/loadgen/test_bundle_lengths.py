@@ -101,6 +101,7 @@ def test_a_batch_of_several_prompts_keeps_its_long_one():
         )
 
     text = [line(i, 1, 400, 100) for i in range(1, 8)] + [line(20, 3, 20_800, 200), line(400, 1, 9, 0)]
+    text.append(line(30, 10**6, 5_000_000, 0))  # no batch holds a million requests: skipped, not expanded
     records = parse_lines(text, window=window).records
     got = sorted(_prompts_from_lines(records, window).tolist())
     # seven 500-token prompts, then the batch of three: two usual ones and the 20,000-token one; the

@@ -274,7 +274,15 @@ def _chunk(direction: str, budget: int, cap: int, engine: str | None) -> Candida
 
 
 def _chunked_prefill(direction: str, cfg: Any, has_baseline: bool, engine: str | None) -> list[Candidate]:
-    if cfg.enable_chunked_prefill and (cfg.long_prefill_token_threshold or not has_prefill_cap(engine)):
+    """Chunked prefill with a bounded budget (and a per-request cap where the engine has one); none
+    where the engine already runs it (SGLang chunks by default: then a smaller budget, if it has more)."""
+    if cfg.enable_chunked_prefill and has_prefill_cap(engine) and cfg.long_prefill_token_threshold:
+        return []
+    if (
+        cfg.enable_chunked_prefill
+        and not has_prefill_cap(engine)
+        and cfg.max_num_batched_tokens <= CHUNK_BUDGET
+    ):
         return []
     return [_chunk(direction, CHUNK_BUDGET, CHUNK_CAP, engine)]
 
