@@ -24,9 +24,12 @@ def test_triage_json_contract():
     doc = json.loads(res.output)
     # DESIGN.md §5's keys, plus the workload scope, the workloads found and the span judged (issue 9),
     # and the serving engine whose series answered (issue 24), and what the sources read but is less
-    # certain than it looks (issue 35: log lines placed by their neighbours' times)
+    # certain than it looks (issue 35: log lines placed by their neighbours' times), and each replica
+    # against its peers (issue 37: null for the one engine this bundle holds)
     assert doc["engine"] == {"name": "vllm", "title": "vLLM", "version": "0.8.5"}  # its logs say 0.8.5
+    assert doc["replicas"] is None
     assert set(doc) == {
+        "replicas",
         "notes",
         "engine",
         "incident",

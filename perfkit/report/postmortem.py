@@ -311,6 +311,12 @@ def build(
         parts.append(f"Leading direction, not confirmed: {top.row.direction} ({top.verification.why}).")
     else:
         parts.append("No triage direction fired.")
+    odd = list((triage.replicas or {}).get("outliers") or []) if triage else []
+    if odd:  # the rows read the fleet's sums; a replica apart from its peers is the lead they miss
+        parts.append(
+            f"Not the whole fleet: {' and '.join(odd)} {'diverges' if len(odd) == 1 else 'diverge'} from "
+            "its peers (under Root-cause direction)."
+        )
     if release:
         parts.append(f"Release history: {release.summary()}.")
 
@@ -381,6 +387,9 @@ def build(
             root += f" Suspect version: {triage.suspect_version}."
     else:
         root = "No direction was confirmed by its verification; see the triage trail for what was ruled out."
+    apart = (triage.replicas or {}) if triage else {}
+    if apart.get("outliers"):  # the fleet's sums hide it: say which replica, first
+        root = f"Not the whole fleet: {apart['summary']}. {root}"
 
     timeline: list[TimelineRow] = [
         {"ts": iso(incident.window.start), "event": "incident window starts", "source": "incident.yaml"},

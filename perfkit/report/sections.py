@@ -387,6 +387,9 @@ def triage_section(
     judged = res.judged or {}
     if judged.get("narrowed"):
         summary += f" (judged {judged['start']} → {judged['end']}: {judged['why']})"
+    if (res.replicas or {}).get("outliers"):  # every row read the fleet's sums: this one is not in them
+        summary += f". Not the whole fleet: {res.replicas['summary']}"
+        status = "critical" if status == "critical" else "warn"
     from perfkit.report.evidence_figures import evidence_figure
 
     figs = []

@@ -15,6 +15,7 @@ import polars as pl
 from perfkit.analyses.baseline import BaselineComparison, compare
 from perfkit.analyses.onset import Onset, find_onset
 from perfkit.analyses.release import ReleaseCorrelation, correlate
+from perfkit.analyses.replicas import Replicas, replicas
 from perfkit.analyses.stages import StageBreakdown, breakdown
 from perfkit.analyses.training_evidence import gather_training, loss_by_step
 from perfkit.core.frames import Window, iso, utc
@@ -60,6 +61,7 @@ class Evidence:
     #: the serving engine whose series answered (perfkit.engine.dialects: vllm, sglang, trtllm ...)
     serving_engine: str | None = None
     engine_version: str | None = None  # as its start-up lines say it (vLLM's); None when none does
+    replicas: Replicas | None = None  # each serving replica against its peers (None: not a serving workload)
     #: the named quantities the rows read, each computed once (perfkit.triage.quantities.value)
     quantities: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: the names of the quantities read since the table set it (perfkit.triage.table.run: per row)
@@ -345,6 +347,7 @@ def gather(
         ttft_held_share=held,
         serving_engine=serving_engine(engine),
         engine_version=engine_version(logs),
+        replicas=replicas(engine, inc.window, inc.baseline) if serving_engine(engine) else None,
     )
 
 

@@ -78,6 +78,8 @@ class TriageResult:
     engine: dict[str, str | None] | None = None
     #: what the sources read but is less certain than it looks (log lines placed by their neighbours)
     notes: list[str] = field(default_factory=list)
+    #: each serving replica against its peers (perfkit.analyses.replicas): label, replicas, outliers
+    replicas: dict[str, Any] | None = None
 
     @property
     def top(self) -> RowResult | None:
@@ -146,6 +148,7 @@ class TriageResult:
                 "judged": self.judged,
                 "engine": self.engine,
                 "notes": self.notes,
+                "replicas": self.replicas,
             }
         )
         return out
@@ -309,6 +312,7 @@ def run(ev: Evidence) -> TriageResult:
         judged=judged,
         workload=kind,
         engine=engine_text(ev.serving_engine, ev.engine_version),
+        replicas=ev.replicas.as_dict() if ev.replicas is not None and ev.replicas.label else None,
     )
 
 
