@@ -23,6 +23,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+import polars as pl
+
 from perfkit.analyses.baseline import LABELS
 from perfkit.core.frames import Window
 from perfkit.engine import ops
@@ -62,6 +64,10 @@ class Replica:
 class Replicas:
     label: str | None = None  # the label that tells them apart
     rows: list[Replica] = field(default_factory=list)
+    #: each replica's per-token median over the baseline's start to the incident's end (label, ts,
+    #: value), for a small-multiples chart; None without replicas
+    series: pl.DataFrame | None = None
+    signal: str | None = None  # the per-token signal the series reads (tpot, else itl)
     queries: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
@@ -161,6 +167,11 @@ def replicas(engine: Any, window: Window, baseline: Window | None) -> Replicas:
             )
             r.why = f"{r.why}; {text}" if r.why else text
     out.rows = sorted(rows.values(), key=lambda r: r.name)
+    span = Window(baseline.start if baseline is not None else window.start, window.end)
+    out.signal = found[0][0]
+    out.series = S.quantile_series(
+        engine, out.signal, 0.5, span, max(60.0, S.choose_step(span, points=120)), out.queries, by=(label,)
+    )
     return out
 
 

@@ -22,6 +22,7 @@ from perfkit.core.frames import iso
 from perfkit.core.incident import Incident
 from perfkit.report import figures
 from perfkit.report.markdown import md_escape
+from perfkit.report.replica_figures import replicas_figure
 
 STATUS_LABEL = {"ok": "OK", "warn": "WARN", "critical": "CRITICAL", "missing": "MISSING", "error": "ERROR"}
 
@@ -421,9 +422,14 @@ def triage_section(
         )
         for direction, other in figs[1:]
     ]
-    return Section(
-        f, table, fig, [other for _, other in figs[1:]], extra_findings=extra, style=_verdict_style
-    )
+    rep: Any = getattr(ev, "replicas", None)  # a fleet: each replica beside the others
+    panels = replicas_figure(rep.series, rep.label, [r.name for r in rep.outliers], f"{rep.signal.upper()} p50 (ms)",
+                             inc.window, inc.baseline) if rep is not None and rep.label and rep.signal else None  # fmt: skip
+    if panels is not None:
+        extra.append(Finding("replicas", "Replicas", rep.summary(), figure=_fig_json(panels),
+                             figure_caption=f"each replica's median by {rep.label}; dotted: every replica's median"))  # fmt: skip
+    shown = [other for _, other in figs[1:]] + ([panels] if panels is not None else [])
+    return Section(f, table, fig, shown, extra_findings=extra, style=_verdict_style)
 
 
 VERDICT_COLOURS = {

@@ -188,7 +188,9 @@ class _Drawing(_Overlays):
             fx1, fy1 = self.paper_to_fig(x1, y1)
             match = self.grid.xaxes.get(xname, {}).get("matches")
             share = by_x.get(match) if isinstance(match, str) else None
-            ax = self.fig.add_axes((fx0, fy0, fx1 - fx0, fy1 - fy0), sharex=share)
+            ymatch = self.grid.yaxes.get(yname, {}).get("matches")  # shared_yaxes: one scale to compare
+            sharey = self.axes.get(ymatch) if isinstance(ymatch, str) else None
+            ax = self.fig.add_axes((fx0, fy0, fx1 - fx0, fy1 - fy0), sharex=share, sharey=sharey)
             by_x.setdefault(xname, ax)
             if isinstance(match, str):
                 by_x.setdefault(match, ax)
@@ -373,11 +375,14 @@ class _Drawing(_Overlays):
                 ax.set_ylabel(ylabel, fontsize=9)
             if _is_reversed(spec):
                 ax.invert_yaxis()
+            if spec.get("rangemode") == "tozero" and kind == "linear":
+                ax.set_ylim(bottom=0)  # counts and latencies: an axis that starts above 0 exaggerates
             if not is_base:
                 continue
             xkind = self.xkind.get(xname, "linear")
-            if xkind == "date":
-                locator = AutoDateLocator(tz=UTC)
+            if xkind == "date":  # as many ticks as the axis' width holds (a small multiple's is narrow)
+                wide_in = ax.get_position().width * self.fig.get_figwidth()
+                locator = AutoDateLocator(tz=UTC, maxticks=max(3, min(10, int(wide_in * 1.6))))
                 ax.xaxis.set_major_locator(locator)
                 ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=UTC))
             elif xkind == "category":

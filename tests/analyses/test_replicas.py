@@ -66,8 +66,22 @@ def test_the_runbook_names_the_replica_in_the_triage_json_and_the_postmortem(tmp
     ctx.params["predict_fix"] = False
     for name in ("scope", "completeness", "changes", "baseline", "impact", "stages"):
         getattr(rb, name)(ctx)
-    tri = rb.triage(ctx).finding
+    section = rb.triage(ctx)
+    tri = section.finding
     assert tri.data["replicas"]["outliers"] == ["gpu-b00:8000"]
+    # the small multiples: the diverging replica's panel first and in red, one panel each
+    (panels,) = [f for f in section.extra_findings if f.key == "replicas"]
+    assert panels.figure is not None and "gpu-b00:8000 diverges" in panels.summary
+    fig = section.extra_figures[-1]
+    assert [a.text for a in fig.layout.annotations][:4] == [
+        "gpu-b00:8000",
+        "gpu-a00:8000",
+        "gpu-a01:8000",
+        "gpu-a02:8000",
+    ]
+    red = [t for t in fig.data if t.name == "diverges"]
+    assert len(red) == 1 and red[0].xaxis in (None, "x")  # the first panel's
+    assert sum(t.name == "replica" for t in fig.data) == 3
     assert "Not the whole fleet" in tri.summary and tri.status in ("warn", "critical")
     model = rb.findings(ctx).finding.data
     assert "gpu-b00:8000 diverges" in model["summary"] and "gpu-b00:8000 diverges" in model["root_cause"]
