@@ -29,7 +29,7 @@ from perfkit.analyses.baseline import LABELS
 from perfkit.core.frames import Window
 from perfkit.engine import ops
 from perfkit.engine import signals as S
-from perfkit.engine.buckets import buckets_quantile, edge_counts
+from perfkit.engine.buckets import buckets_quantile
 from perfkit.engine.promql import to_promql
 
 REPLICA_LABELS = ("pod", "instance", "replica", "engine", "dp_rank", "hostname", "host", "node")
@@ -106,11 +106,10 @@ def _label(engine: Any, metric: str, window: Window, queries: list[str]) -> tupl
     return None
 
 
-def _medians(engine: Any, metric: str, label: str, window: Window, queries: list[str]) -> dict[str, float]:
-    expr = ops.sum_by(ops.increase(ops.Selector(f"{metric}_bucket"), window.seconds), "le", label)
-    queries.append(to_promql(expr))
+def _medians(engine: Any, signal: str, label: str, window: Window, queries: list[str]) -> dict[str, float]:
+    """Each replica's median of ``signal`` over the window (by ``label``'s value)."""
     out = {}
-    for who, counts in edge_counts(engine.instant(expr, window.end), label).items():
+    for who, counts in (S.window_buckets_by(engine, signal, window, label, queries) or {}).items():
         q = buckets_quantile(counts, 0.5)
         if who and q is not None and q > 0:
             out[who] = q
@@ -136,9 +135,9 @@ def replicas(engine: Any, window: Window, baseline: Window | None) -> Replicas:
         return out
     out.label = label = picked[0]
     rows: dict[str, Replica] = {}
-    for sig, metric in found:
-        inc = _medians(engine, metric, label, window, out.queries)
-        base = _medians(engine, metric, label, baseline, out.queries) if baseline is not None else {}
+    for sig, _ in found:
+        inc = _medians(engine, sig, label, window, out.queries)
+        base = _medians(engine, sig, label, baseline, out.queries) if baseline is not None else {}
         for who, value in inc.items():
             peers = [v for k, v in inc.items() if k != who]
             base_peers = [v for k, v in base.items() if k != who]

@@ -24,8 +24,6 @@ from perfkit.analyses.slo import share_under
 from perfkit.core.frames import Window
 from perfkit.engine import ops
 from perfkit.engine import signals as S
-from perfkit.engine.buckets import edge_counts
-from perfkit.engine.promql import to_promql
 
 TENANT_LABELS = ("tenant", "tenant_id", "team", "team_alias", "customer", "org", "organization", "api_key_alias", "end_user")  # fmt: skip
 """Labels that name a tenant, most specific first (LiteLLM's gateway metrics carry ``team``,
@@ -82,20 +80,6 @@ def tenant_label(engine: S.Engine, signal: str, window: Window) -> str | None:
     )
 
 
-def _buckets_by(
-    engine: S.Engine, signal: str, window: Window, label: str, queries: list[str] | None = None
-) -> dict[str, dict[float, float]]:
-    """:func:`~perfkit.engine.signals.window_buckets` split by one label: ``sum by (le, label)
-    (increase(<signal>_bucket[window]))``, label value → upper edge → count (no label: ``""``)."""
-    res = S.resolve(engine, signal)
-    if res.metric is None:
-        return {}
-    expr = ops.sum_by(ops.increase(res.histogram("_bucket"), window.seconds), "le", label)
-    if queries is not None:
-        queries.append(to_promql(expr))
-    return edge_counts(engine.instant(expr, window.end), label)
-
-
 def by_tenant(
     engine: S.Engine,
     slos: Sequence[Any],
@@ -111,8 +95,10 @@ def by_tenant(
         return None, []
     out: list[TenantImpact] = []
     for s in caused:
-        now = _buckets_by(engine, s.signal, window, label, queries)
-        before = _buckets_by(engine, s.signal, baseline, label) if baseline is not None else {}
+        now = S.window_buckets_by(engine, s.signal, window, label, queries) or {}
+        before = (
+            (S.window_buckets_by(engine, s.signal, baseline, label) or {}) if baseline is not None else {}
+        )
         rows = []
         for who, buckets in now.items():
             share = share_under(buckets, s.slo_s)

@@ -271,13 +271,23 @@ def window_buckets(
 ) -> dict[float, float] | None:
     """``sum by (le) (increase(<signal>_bucket[window]))`` at the window's end: upper edge → count.
     None when the engine has no histogram for ``signal``."""
+    split = window_buckets_by(engine, signal, window, None, queries)
+    return None if split is None else split.get("", {})
+
+
+def window_buckets_by(
+    engine: Engine, signal: str, window: Window, by: str | None, queries: list[str] | None = None
+) -> dict[str, dict[float, float]] | None:
+    """:func:`window_buckets` split by one label, ``sum by (le, by) (...)``: its value → upper edge →
+    count (series without it, or every series when ``by`` is None, under ``""``). None when the engine
+    has no histogram for ``signal``."""
     res = resolve(engine, signal)
     if res.metric is None:
         return None
-    expr = ops.sum_by(ops.increase(res.histogram("_bucket"), window.seconds), "le")
+    expr = ops.sum_by(ops.increase(res.histogram("_bucket"), window.seconds), "le", *([by] if by else []))
     if queries is not None:
         queries.append(to_promql(expr))
-    return edge_counts(engine.instant(expr, window.end)).get("", {})
+    return edge_counts(engine.instant(expr, window.end), by)
 
 
 def spans_buckets(engine: Engine, signal: str, windows: list[Window]) -> dict[float, float]:

@@ -42,6 +42,8 @@ LINES_AGREE = (0.8, 1.25)
 """SGLang's prefill lines stand for the prompt mix when the requests they count are within these
 ratios of the requests the counter finished in the window (and their mean prompt of the counter's)."""
 COUNTERS = {"prompt_tokens": "prompt_tokens_total", "generation_tokens": "generation_tokens_total"}
+NO_HISTOGRAM = "no length histogram"
+"""Every note of lengths drawn without a length histogram says this (the what-if shows those notes)."""
 MAX_BATCH_SEQS = 100_000
 """Most new requests one prefill line is taken to hold: far above any engine's running batch (SGLang's
 --max-running-requests runs to thousands), so a larger count is not a batch and the line is skipped."""
@@ -58,7 +60,7 @@ def window_lengths(
         metric = S.resolve(engine, signal).metric
         if metric is not None:
             increase = ops.sum_by(ops.increase(ops.Selector(f"{metric}_bucket"), window.seconds), "le")
-            mean = _ratio(engine, ops.Selector(f"{metric}_sum"), ops.Selector(f"{metric}_count"), window)
+            mean = S.window_mean(engine, signal, window)
             drawn, said = draw_lengths(engine.instant(increase, window.end), n, rng, metric, top, mean)
             if drawn is None:
                 return f"{metric} has no observations in finite buckets in the incident window"
@@ -80,15 +82,15 @@ def _from_counters(
 ) -> tuple[np.ndarray, list[str]] | str:  # fmt: skip
     """Lengths with the token counter's mean over the window (module docstring), or why not."""
     tokens = S.resolve(engine, COUNTERS[signal]).metric
-    finished = _finished(engine)
-    if tokens is None or finished is None:
-        lacks = S.absent(engine, "counters", COUNTERS[signal]) if tokens is None else "no request counter"
-        return f"and {lacks} to take a mean from"
-    requests = _increase(engine, ops.Selector(finished), window)
-    mean = _ratio(engine, ops.Selector(tokens), ops.Selector(finished), window)
-    if mean is None or requests is None:
-        return f"and {tokens} or {finished} did not rise in the window"
-    said = f"{tokens} / {finished}: {mean:,.0f} tokens a request"
+    if tokens is None:
+        return f"and {S.absent(engine, 'counters', COUNTERS[signal])} to take a mean from"
+    # the counter's rate over the requests finished per second (the E2E histogram's count, else the
+    # success counter): tokens a request
+    per_s, finished_per_s = S.counter_rate(engine, COUNTERS[signal], window), S.request_rate(engine, window)
+    if not (per_s and finished_per_s and per_s > 0 and finished_per_s > 0):
+        return f"and {tokens} over the requests finished gives no mean (one did not rise in the window)"
+    mean, requests = per_s / finished_per_s, finished_per_s * window.seconds
+    said = f"{tokens} over the requests finished: {mean:,.0f} tokens a request"
     sample = _prompts_from_lines(logs, window) if logs is not None else None
     if sample is not None:
         counted, seen = len(sample), float(sample.mean())
@@ -97,7 +99,7 @@ def _from_counters(
             picked = sample[rng.integers(0, len(sample), n)] * (mean / seen)
             drawn = np.clip(np.rint(picked), 1, top).astype(np.int32)
             return drawn, [
-                f"{signal}: no length histogram; drawn from SGLang's {counted:,} prefill lines' prompts in "
+                f"{signal}: {NO_HISTOGRAM}; drawn from SGLang's {counted:,} prefill lines' prompts in "
                 f"the window (mean {seen:,.0f}), scaled to the mean of {said}"
             ]
         why = (
@@ -109,7 +111,7 @@ def _from_counters(
     mu = math.log(mean) - LOGNORMAL_SIGMA**2 / 2
     drawn = np.clip(np.rint(rng.lognormal(mu, LOGNORMAL_SIGMA, n)), 1, top).astype(np.int32)
     return drawn, [
-        f"{signal}: no length histogram; {why}drawn lognormal (sigma {LOGNORMAL_SIGMA:g}, assumed) with the "
+        f"{signal}: {NO_HISTOGRAM}; {why}drawn lognormal (sigma {LOGNORMAL_SIGMA:g}, assumed) with the "
         f"mean of {said}: the spread is not measured, so the replay's tail may miss the incident's"
     ]
 
@@ -134,23 +136,3 @@ def _prompts_from_lines(logs: pl.DataFrame, window: Window) -> np.ndarray | None
     others = np.minimum(usual, total / k)  # never more than an even share: the last one keeps the most
     last = total - (k - 1) * others
     return np.concatenate([last, np.repeat(others, k - 1)])
-
-
-def _finished(engine: LocalEngine) -> str | None:
-    """The counter of requests finished: the E2E histogram's ``_count``, else the success counter."""
-    e2e = S.resolve(engine, "e2e")
-    if e2e.found and e2e.metric is not None:
-        return f"{e2e.metric}_count"
-    return S.resolve(engine, "request_success").metric
-
-
-def _increase(engine: LocalEngine, sel: ops.Selector, window: Window) -> float | None:
-    frame = engine.instant(ops.sum_by(ops.increase(sel, window.seconds)), window.end)
-    value = float(frame["value"][0]) if frame.height and frame["value"][0] is not None else math.nan
-    return value if math.isfinite(value) and value > 0 else None
-
-
-def _ratio(engine: LocalEngine, num: ops.Selector, den: ops.Selector, window: Window) -> float | None:
-    """The increase of ``num`` over the increase of ``den`` in the window (a mean per request)."""
-    a, b = _increase(engine, num, window), _increase(engine, den, window)
-    return a / b if a is not None and b is not None else None

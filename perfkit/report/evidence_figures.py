@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any, TypedDict
 
 import polars as pl
@@ -44,7 +43,10 @@ def evidence_figure(
         it = ev.interference
         if it.series is None or not it.series.height:
             return None
-        both = _sides(it.baseline_series, it.series)  # the claim is "against a baseline": draw it
+        # the claim is "against a baseline": its bins are drawn too, the line broken between the windows
+        both = pl.concat([f for f in (it.baseline_series, it.series) if f is not None and f.height]).sort(
+            "ts"
+        )
         return figures.two_axes(
             (it.arrivals_label, both.select("ts", pl.col("long_arrivals").alias("value"))),
             (it.stalls_label, both.select("ts", pl.col("itl_stalls").alias("value"))),
@@ -74,19 +76,3 @@ def evidence_figure(
     ):
         return figures.timeseries(series, title=title, ytitle=figure.ytitle or "", **kw)
     return None  # nothing to draw: no empty chart
-
-
-def _sides(*frames: pl.DataFrame | None) -> pl.DataFrame:
-    """The frames' bins in time order with a null row before each but the first, so a line does not
-    bridge the time between a baseline and the incident as if it had been measured."""
-    kept = sorted((f for f in frames if f is not None and f.height), key=lambda f: f["ts"].to_list()[0])
-    parts: list[pl.DataFrame] = []
-    for f in kept:
-        if parts:
-            gap = f.head(1).with_columns(
-                pl.col("ts") - timedelta(milliseconds=1),
-                *(pl.lit(None, dtype=f.schema[c]).alias(c) for c in f.columns if c != "ts"),
-            )
-            parts.append(gap)
-        parts.append(f)
-    return pl.concat(parts, how="vertical_relaxed")

@@ -254,12 +254,13 @@ def two_axes(
     window: Window | None = None,
     baseline: Window | None = None,
 ) -> go.Figure:
-    """Bars on the left axis, a line on the right axis (e.g. long-prompt arrivals vs ITL stalls); a
-    null value breaks the line (the time between a baseline and the incident is not drawn across)."""
+    """Bars on the left axis, a line on the right axis (e.g. long-prompt arrivals vs ITL stalls); the
+    line breaks where the bins do (:func:`with_gaps`: the time between a baseline and the incident is
+    not drawn across as if it had been measured)."""
     fig = go.Figure()
     ln, lf = left
     rn, rf = right
-    lf = lf.filter(pl.col("value").is_not_null())  # a bar at a break would narrow every bar to it
+    rx, ry = with_gaps(rf["ts"].to_list(), rf["value"].to_list())
     fig.add_trace(
         go.Bar(
             x=[iso(t) for t in lf["ts"].to_list()],
@@ -271,8 +272,8 @@ def two_axes(
     )
     fig.add_trace(
         go.Scatter(
-            x=[iso(t) for t in rf["ts"].to_list()],
-            y=rf["value"].to_list(),
+            x=rx,
+            y=ry,
             name=rn,
             yaxis="y2",
             mode="lines+markers",

@@ -45,6 +45,7 @@ import numpy as np
 from perfkit.app.whatif.remedy_slos import VERDICTS as VERDICTS
 from perfkit.app.whatif.remedy_slos import observed_ms as _observed_ms
 from perfkit.app.whatif.remedy_slos import replayed_slos, slo_rows, slo_targets, slo_words
+from perfkit.loadgen.bundle_lengths import NO_HISTOGRAM
 from perfkit.triage.rows import BY_DIRECTION, ROWS
 
 MIN_GAIN = 0.10
@@ -186,7 +187,7 @@ class Prediction:
                 n = sum(1 for t in self.tried if t["direction"] == rec["direction"])
                 head += f". No setting of the {n} tried meets every SLO (the table shows the trade-off)"
         trust = "" if self.trusted else " — untrusted: the replay of the incident misses what was observed"
-        assumed = [n for n in self.notes if "no length histogram" in n]  # bundle_lengths' notes
+        assumed = [n for n in self.notes if NO_HISTOGRAM in n]  # lengths drawn without a histogram
         lengths = f". Request lengths: {'; '.join(assumed)}" if assumed else ""
         return f"predicted by the calibrated replay: {head}{trust}{lengths}"
 
@@ -420,7 +421,7 @@ def _predict(
 
     as_was = play(engine)
     error = {m: _error(as_was.get(m), observed.get(m)) for m in SHOWN}
-    lengths = [n for n in (plan.replay or {}).get("notes", []) if "no length histogram" in n]
+    lengths = [n for n in (plan.replay or {}).get("notes", []) if NO_HISTOGRAM in n]
     out = Prediction(
         observed, as_was, error, rep.trusted, notes=[*rep.why, *lengths], engine=S.serving_engine(store)
     )
